@@ -1,0 +1,137 @@
+"""Is every object's API there when its tier applies? CRDs in git, charts, and CRDs made at run time.
+
+kustomize-controller server-side dry-runs every object of an apply stage before writing any; a
+kind with no CRD yet fails the stage, so the whole Kustomization fails and retries forever
+(fluxcd/pkg ssa/manager_apply.go ApplyAllStaged). CRDs of the same build are fine: they are
+applied and waited on in the first stage.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterator
+
+from bot.checks import CheckContext, check, name_list, plural
+from bot.model import Finding, GroupKind, Manifest, Severity, TierId
+from bot.providers import Provider, ProviderKind
+
+CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
+
+
+@check(
+    ("second-order-crd", Severity.ERROR, "an object's CRD is created at run time by a controller reconciling a CR in the same tier, or in a tier this one does not depend on"),
+    ("crd-not-ordered", Severity.ERROR, "an object's CRD (in git or from a chart) is applied by a tier this one does not depend on"),
+    ("dependency-not-waited", Severity.WARNING, "the tier this one relies on for a CRD/CR has neither wait: true nor a healthChecks entry covering it"),
+    ("unknown-kind", Severity.WARNING, "nobody known provides the kind"),
+)
+def api_availability(ctx: CheckContext) -> Iterator[Finding]:
+    for tier_id, tier in ctx.render.tiers.items():
+        by_kind: dict[GroupKind, list[Manifest]] = defaultdict(list)
+        own_crds = set()
+        for manifest in tier.manifests:
+            by_kind[manifest.ref.group_kind].append(manifest)
+            if manifest.ref.group_kind == CRD:
+                spec = manifest.body.get("spec") or {}
+                own_crds.add(GroupKind(str(spec.get("group")), str((spec.get("names") or {}).get("kind"))))
+        for gk, objects in sorted(by_kind.items()):
+            if gk in own_crds:
+                continue  # stage 1 of the same apply creates and waits for it
+            providers = ctx.providers.resolve(gk)
+            yield from _judge(ctx, tier_id, gk, objects, providers)
+
+
+def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: list[Manifest], providers: list[Provider]) -> Iterator[Finding]:
+    if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers):
+        return
+    first = objects[0]
+    what = f"{plural(len(objects), gk.kind + ' object')} ({name_list(m.ref.name for m in objects)})"
+
+    def finding(check_id: str, severity: Severity, message: str) -> Finding:
+        return Finding(check_id, severity, message, kustomization=tier, object=first.ref, location=ctx.locate(first))
+
+    static = [p for p in providers if p.kind == ProviderKind.CRD]
+    if static:
+        if any(p.tier == tier or ctx.before(tier, p.tier) for p in static if p.tier):
+            return
+        owners = name_list(str(p.tier) for p in static if p.tier)
+        yield finding(
+            "crd-not-ordered",
+            Severity.ERROR,
+            f"{what} need the CRD for {gk}, which {owners} applies; {tier} does not depend on it, so on a cold "
+            f"cluster its dry-run can fail with \"no matches for kind {gk.kind}\". Add dependsOn: {owners}",
+        )
+        return
+    runtime = [p for p in providers if p.at_runtime and p.tier is not None]
+    if runtime:
+        yield from _judge_runtime(ctx, tier, gk, what, runtime, finding)
+        return
+    orphan_rules = [p for p in providers if p.kind == ProviderKind.RUNTIME and p.trigger_kind]
+    if orphan_rules:
+        rule = orphan_rules[0]
+        yield finding(
+            "unknown-kind",
+            Severity.WARNING,
+            f"{what}: the {gk} CRD is created at run time by {rule.description} when it reconciles a "
+            f"{rule.trigger_kind}, and this cluster applies none",
+        )
+        return
+    yield finding(
+        "unknown-kind",
+        Severity.WARNING,
+        f"{what}: no CRD for {gk} is in git, no known chart or operator provides it (add it to "
+        f"runtime_crds in .fluxwarden.yaml if a controller creates it)",
+    )
+
+
+def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Iterator[Finding]:
+    # Prefer a provider that is ordered correctly; judge waiting on that one.
+    ordered = [p for p in runtime if p.tier != tier and ctx.before(tier, p.tier)]
+    if ordered:
+        if any(_waited(ctx, p) for p in ordered):
+            return
+        p = ordered[0]
+        yield finding(
+            "dependency-not-waited",
+            Severity.WARNING,
+            f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} has "
+            f"neither wait: true nor a healthChecks entry for {p.via.kind} {p.via.name}, so it reports Ready "
+            f"before the CRD exists and {tier} can fail its dry-run",
+        )
+        return
+    same = [p for p in runtime if p.tier == tier]
+    if same:
+        p = same[0]
+        yield finding(
+            "second-order-crd",
+            Severity.ERROR,
+            f"{what} need the {gk} CRD, which is created at run time by {p.description} — in this same tier. "
+            f"Flux dry-runs the whole tier first, the unknown kind aborts it, {p.via.kind} {p.via.name} is never "
+            f"applied, the CRD is never created: {tier} can never converge. Move these objects to their own tier "
+            f"with dependsOn: {tier} and wait: true",
+        )
+        return
+    owners = name_list(str(p.tier) for p in runtime)
+    p = runtime[0]
+    yield finding(
+        "second-order-crd",
+        Severity.ERROR,
+        f"{what} need the {gk} CRD, created at run time by {p.description} in {owners}; {tier} does not depend "
+        f"on it, so its dry-run fails until that has happened. Add dependsOn: {owners} (with wait: true there)",
+    )
+
+
+def _waited(ctx: CheckContext, provider: Provider) -> bool:
+    """Whether the provider's tier health-checks the object that brings the CRD (wait: true covers all)."""
+    spec = ctx.graph.specs.get(provider.tier)
+    if spec is None or provider.via is None:
+        return False
+    if spec.wait:
+        return True
+    via = provider.via
+    return any(
+        h.kind == via.kind
+        and h.group_kind.group == via.group
+        and h.name in ("*", via.name)
+        and h.namespace in ("*", via.namespace, "")
+        for h in spec.health_checks
+    )

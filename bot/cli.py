@@ -1,0 +1,72 @@
+"""The `fluxwarden` command line: the same engine the bot runs, for a terminal or CI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from bot.engine import CheckOptions, check_repository
+from bot.errors import FluxwardenError, InfraError
+from bot.report import format_markdown, format_text
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
+        self.exit(EXIT_USAGE, f"fluxwarden: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fluxwarden", description="Precheck a Flux GitOps repository before merge.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    check = sub.add_parser("check", help="render a cluster and check its tier graph")
+    check.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
+    check.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    check.add_argument("--output", type=Path, help="write the report here instead of stdout")
+    check.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    check.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count)")
+    check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _check(args)
+    except FluxwardenError as exc:
+        kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
+        print(f"fluxwarden: {kind}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: one line, never a traceback (set FLUXWARDEN_DEBUG=1 to see it)
+        if os.environ.get("FLUXWARDEN_DEBUG"):
+            raise
+        print(f"fluxwarden: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _check(args: argparse.Namespace) -> int:
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout)
+    report = check_repository(args.repo, args.cluster, options)
+    if args.format == "json":
+        text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+    elif args.format == "markdown":
+        text = format_markdown(report)
+    else:
+        text = format_text(report)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_FINDINGS if report.errors else EXIT_CLEAN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""`check`: snapshot the repo, render the cluster (and its siblings for graph-drift), run the checks."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.checks import CheckContext, run_checks
+from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.errors import UserError
+from bot.graph import TierGraph
+from bot.knowledge import default_knowledge
+from bot.kustomize import KustomizeBinary, locate_kustomize
+from bot.model import Finding, Severity, SourceLocation
+from bot.providers import ProviderIndex
+from bot.render import ClusterRender, Renderer
+from bot.report import CheckReport, TierSummary
+from bot.snapshot import Snapshot, build_snapshot
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How to run a check: which kustomize, how many parallel builds, the per-build timeout."""
+
+    kustomize: str | None = None
+    jobs: int | None = None
+    timeout: float = 120.0
+
+
+def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOptions()) -> CheckReport:
+    """Check one cluster of the repository at `repo` (a working tree)."""
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    binary = locate_kustomize(options.kustomize)
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
+        snapshot = build_snapshot(repo, Path(tmp))
+        return check_snapshot(snapshot, cluster, binary, options)
+
+
+def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions) -> CheckReport:
+    """Check one cluster of an already sanitised snapshot."""
+    config = load_repo_config(snapshot.read_text(CONFIG_FILE))
+    entry = cluster_entry(config, cluster, snapshot.root)
+    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
+    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout)
+    render = renderer.render_cluster(cluster, entry)
+    others = {
+        name: TierGraph(t.spec for t in renderer.render_cluster(name, path).tiers.values())
+        for name, path in sorted(known_clusters(config, snapshot.root).items())
+        if name != cluster
+    }
+    graph = TierGraph(t.spec for t in render.tiers.values())
+    ctx = CheckContext(
+        render=render,
+        graph=graph,
+        providers=ProviderIndex(render, knowledge),
+        config=config,
+        other_graphs=others,
+        locate=renderer.locate,
+    )
+    findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render)]
+    return build_report(render, graph, findings)
+
+
+def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:
+    """Symlinks out of the repo that no tier reads are still reported: the PR added them."""
+    reported = {f.location.file for f in render.findings if f.check == "unsafe-path" and f.location}
+    return [
+        Finding("unsafe-path", Severity.ERROR, f"{r.path} {r.reason}", location=SourceLocation(r.path))
+        for r in render.snapshot.refused
+        if "symlink" in r.reason and r.path not in reported
+    ]
+
+
+def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding]) -> CheckReport:
+    """Assemble the report: tiers in apply order (cycle members last), findings sorted errors first."""
+    order = graph.order()
+    order += [t for t in render.tiers if t not in order]
+    tiers = tuple(
+        TierSummary(
+            id=t.spec.id,
+            path=t.spec.path,
+            source=t.spec.source,
+            depends_on=t.spec.depends_on,
+            wait=t.spec.wait,
+            prune=t.spec.prune,
+            objects=len(t.manifests),
+            rendered=t.rendered,
+        )
+        for t in render.tiers.values()
+    )
+    unique = list(dict.fromkeys(findings))
+    return CheckReport(
+        cluster=render.cluster,
+        entry=render.entry,
+        tiers=tiers,
+        order=tuple(order),
+        findings=tuple(sorted(unique, key=Finding.sort_key)),
+    )
+
+
+__all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_snapshot"]

@@ -1,0 +1,41 @@
+"""The one exception tree: user mistakes become a reply, infrastructure failures a failed report."""
+
+
+class FluxwardenError(Exception):
+    """Base of every error Fluxwarden raises on purpose."""
+
+
+class UserError(FluxwardenError):
+    """The caller asked for something wrong (bad flag, unknown cluster, bad config); exit 2, a reply."""
+
+
+class ConfigError(UserError):
+    """`.fluxwarden.yaml` or the service configuration is invalid."""
+
+
+class InputError(FluxwardenError):
+    """Repository content we refuse to process (too large, alias bomb, unsafe path, bad YAML)."""
+
+
+class UnsafeYamlError(InputError):
+    """YAML that expands past our limits (alias bomb) or is too large to parse."""
+
+
+class SubstitutionError(InputError):
+    """A postBuild substitution that kustomize-controller would also reject."""
+
+
+class TierOrderError(InputError):
+    """The tier order file or variable cannot be read."""
+
+
+class InfraError(FluxwardenError):
+    """Something outside the repo failed: kustomize missing, a timeout, GitHub or Kubernetes down."""
+
+
+class KustomizeNotFound(InfraError):
+    """No usable kustomize binary (standalone or kubectl's embedded one)."""
+
+
+class RenderError(FluxwardenError):
+    """kustomize failed on a tier; the message is already sanitised for posting."""

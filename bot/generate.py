@@ -1,0 +1,291 @@
+"""What kustomize-controller writes before it builds: a generated kustomization.yaml and the spec overlay.
+
+Also the safety pre-scan: every kustomization file a tier can reach is read before kustomize runs,
+so a remote base, an absolute path or a `../` out of the repo is refused instead of fetched or read.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import yaml
+
+from bot.errors import InputError
+from bot.model import TierSpec
+from bot.snapshot import KUSTOMIZATION_FILES, Snapshot
+from bot.yamlio import load_one
+
+# Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
+_REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)|\?ref=|\.git(?:/|$)|//", re.I)
+_PATH_FIELDS = ("resources", "bases", "components", "crds", "configurations", "generators", "transformers", "validators")
+# Fields that make kustomize fetch or execute; refused outright (we never pass --enable-helm).
+_REFUSED_FIELDS = ("helmCharts", "helmChartInflationGenerator", "helmGlobals")
+_FUNCTION_ANNOTATIONS = ("config.kubernetes.io/function", "config.k8s.io/function")
+
+
+@dataclass(frozen=True)
+class PathProblem:
+    """An unsafe reference in a kustomization file."""
+
+    file: str  # repo-relative kustomization file
+    reference: str
+    reason: str
+
+
+@dataclass
+class KustomizationInfo:
+    """What one directory's kustomization file references."""
+
+    directory: str
+    file: str | None
+    directories: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    problems: list[PathProblem] = field(default_factory=list)
+
+
+class KustomizationIndex:
+    """Reads kustomization files on demand and answers what a tier's build can reach."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._cache: dict[str, KustomizationInfo] = {}
+        self._generated: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure_kustomization(self, directory: str) -> None:
+        """Write Flux's generated kustomization.yaml into the snapshot when the path has none."""
+        with self._lock:
+            if directory in self._generated or self.snapshot.has_kustomization(directory):
+                return
+            body = {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": generated_resources(self.snapshot, directory),
+            }
+            target = self.snapshot.path(directory) / "kustomization.yaml"
+            tmp = target.with_name(".kustomization.yaml.fluxwarden-tmp")
+            tmp.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
+            os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+            self._generated.add(directory)
+
+    def is_generated(self, directory: str) -> bool:
+        """Whether Flux (and so we) generated this directory's kustomization."""
+        return self.info(directory).file is None
+
+    def info(self, directory: str) -> KustomizationInfo:
+        """Parse (once) the kustomization file of `directory`."""
+        with self._lock:
+            cached = self._cache.get(directory)
+        if cached is not None:
+            return cached
+        info = self._read(directory)
+        with self._lock:
+            self._cache[directory] = info
+        return info
+
+    def reach(self, directory: str, extra_components: Iterable[str] = ()) -> tuple[set[str], set[str], list[PathProblem]]:
+        """Directories and files a build of `directory` may read, and the unsafe references found on the way."""
+        seen_dirs: set[str] = set()
+        files: set[str] = set()
+        problems: list[PathProblem] = []
+        stack = [directory, *extra_components]
+        while stack:
+            current = stack.pop()
+            if current in seen_dirs:
+                continue
+            seen_dirs.add(current)
+            info = self.info(current)
+            if info.file:
+                files.add(info.file)
+            files.update(info.files)
+            problems.extend(info.problems)
+            stack.extend(info.directories)
+        return seen_dirs, files, problems
+
+    def _read(self, directory: str) -> KustomizationInfo:
+        base = self.snapshot.path(directory)
+        name = next((n for n in KUSTOMIZATION_FILES if (base / n).is_file()), None)
+        with self._lock:
+            generated = directory in self._generated
+        if name is None or generated:
+            return _generated_info(self.snapshot, directory)
+        rel_file = posixpath.join(directory, name) if directory else name
+        info = KustomizationInfo(directory=directory, file=rel_file)
+        try:
+            doc = load_one(self.snapshot.read_text(rel_file) or "", rel_file)
+        except InputError as exc:
+            info.problems.append(PathProblem(rel_file, "", str(exc)))
+            return info
+        if not isinstance(doc, dict):
+            return info
+        for key in _REFUSED_FIELDS:
+            if doc.get(key):
+                info.problems.append(PathProblem(rel_file, key, f"`{key}` needs kustomize's --enable-helm, which Fluxwarden never passes"))
+        for ref in _references(doc):
+            self._classify(info, ref)
+        for key in ("generators", "transformers", "validators"):
+            for entry in doc.get(key) or []:
+                if isinstance(entry, str) and "\n" in entry:
+                    _check_inline_plugin(info, key, entry)
+        return info
+
+    def _classify(self, info: KustomizationInfo, ref: str) -> None:
+        rel_file = info.file or info.directory
+        if _REMOTE.search(ref):
+            info.problems.append(PathProblem(rel_file, ref, "is a remote reference; Fluxwarden does not fetch remote bases"))
+            return
+        if ref.startswith("/"):
+            info.problems.append(PathProblem(rel_file, ref, "is an absolute path"))
+            return
+        joined = posixpath.normpath(posixpath.join(info.directory, ref))
+        if joined == ".." or joined.startswith("../"):
+            info.problems.append(PathProblem(rel_file, ref, "climbs out of the repository"))
+            return
+        joined = "" if joined == "." else joined
+        target = self.snapshot.path(joined)
+        if target.is_dir():
+            info.directories.append(joined)
+        else:
+            info.files.append(joined)
+            if target.is_file() and joined.endswith((".yaml", ".yml")):
+                _check_plugin_file(self.snapshot, info, joined)
+
+
+def _references(doc: dict[str, Any]) -> Iterator[str]:
+    """Every path-like string a kustomization file names."""
+    for key in _PATH_FIELDS:
+        for entry in doc.get(key) or []:
+            if isinstance(entry, str) and "\n" not in entry:
+                yield entry
+    for entry in doc.get("patchesStrategicMerge") or []:
+        if isinstance(entry, str) and "\n" not in entry and ":" not in entry:
+            yield entry
+    for key in ("patches", "patchesJson6902", "replacements"):
+        for entry in doc.get(key) or []:
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                yield entry["path"]
+    for key in ("configMapGenerator", "secretGenerator"):
+        for gen in doc.get(key) or []:
+            if not isinstance(gen, dict):
+                continue
+            for item in gen.get("files") or []:
+                if isinstance(item, str):
+                    yield item.split("=", 1)[-1]
+            for item in [*(gen.get("envs") or []), gen.get("env")]:
+                if isinstance(item, str):
+                    yield item
+    openapi = doc.get("openapi")
+    if isinstance(openapi, dict) and isinstance(openapi.get("path"), str):
+        yield openapi["path"]
+
+
+def _check_inline_plugin(info: KustomizationInfo, key: str, text: str) -> None:
+    try:
+        body = yaml.load(text, Loader=yaml.CSafeLoader)
+    except yaml.YAMLError:
+        return
+    _flag_function(info, key, body)
+
+
+def _check_plugin_file(snapshot: Snapshot, info: KustomizationInfo, rel: str) -> None:
+    """A generator/transformer config that names a KRM function or exec plugin is refused, not run."""
+    text = snapshot.read_text(rel) or ""
+    if not any(a in text for a in _FUNCTION_ANNOTATIONS) and "exec:" not in text:
+        return
+    try:
+        body = load_one(text, rel)
+    except InputError:
+        return
+    _flag_function(info, rel, body)
+
+
+def _flag_function(info: KustomizationInfo, where: str, body: Any) -> None:
+    if not isinstance(body, dict):
+        return
+    annotations = ((body.get("metadata") or {}).get("annotations") or {})
+    if any(a in annotations for a in _FUNCTION_ANNOTATIONS) or str(body.get("apiVersion", "")) != "builtin" and "exec" in str(annotations):
+        info.problems.append(
+            PathProblem(info.file or info.directory, where, "declares a kustomize plugin (KRM function or exec); plugins are never run")
+        )
+
+
+def generated_resources(snapshot: Snapshot, directory: str) -> list[str]:
+    """What Flux's generator lists for a path with no kustomization file (fluxcd/pkg kustomize_generator.go).
+
+    Every *.yaml/*.yml below it, recursively; a sub-directory with its own kustomization file is
+    included as one resource and not descended into. Like Go's filepath.Walk, symlinked
+    directories are not followed.
+    """
+    root = snapshot.path(directory)
+    out: list[str] = []
+    for current, dirs, files in os.walk(root):
+        dirs.sort()
+        rel_dir = os.path.relpath(current, root)
+        keep = []
+        for d in dirs:
+            sub = Path(current) / d
+            if sub.is_symlink():
+                continue
+            if any((sub / n).is_file() for n in KUSTOMIZATION_FILES):
+                out.append(_posix(rel_dir, d))
+            else:
+                keep.append(d)
+        dirs[:] = keep
+        for f in sorted(files):
+            if f.endswith((".yaml", ".yml")) and f not in KUSTOMIZATION_FILES:
+                out.append(_posix(rel_dir, f))
+    return out
+
+
+def _posix(rel_dir: str, name: str) -> str:
+    return name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+
+
+def _generated_info(snapshot: Snapshot, directory: str) -> KustomizationInfo:
+    info = KustomizationInfo(directory=directory, file=None)
+    if not snapshot.path(directory).is_dir():
+        return info
+    for entry in generated_resources(snapshot, directory):
+        joined = posixpath.join(directory, entry) if directory else entry
+        (info.directories if snapshot.path(joined).is_dir() else info.files).append(joined)
+    return info
+
+
+def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path) -> Path:
+    """Write the tier's overlay: its path plus what the controller merges in from the Kustomization spec.
+
+    kustomize-controller writes targetNamespace, namePrefix/nameSuffix, patches, images and
+    components into the path's own kustomization.yaml (fluxcd/pkg kustomize_generator.go); an
+    overlay on top of the path gives the same result without touching files other tiers share.
+    `originAnnotations` tells us which repo file each object came from.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    rel_root = os.path.relpath(snapshot.path(tier.path), workdir)
+    overlay: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [rel_root],
+        "buildMetadata": ["originAnnotations"],
+    }
+    if tier.target_namespace:
+        overlay["namespace"] = tier.target_namespace
+    if tier.name_prefix:
+        overlay["namePrefix"] = tier.name_prefix
+    if tier.name_suffix:
+        overlay["nameSuffix"] = tier.name_suffix
+    if tier.patches:
+        overlay["patches"] = [dict(p) for p in tier.patches]
+    if tier.images:
+        overlay["images"] = [dict(i) for i in tier.images]
+    if tier.components:
+        overlay["components"] = [
+            os.path.relpath(snapshot.path(posixpath.normpath(posixpath.join(tier.path, c))), workdir) for c in tier.components
+        ]
+    (workdir / "kustomization.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False), encoding="utf-8")
+    return workdir

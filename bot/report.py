@@ -1,0 +1,153 @@
+"""The result of a check, and its text, JSON and Markdown forms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.model import Finding, Severity, SourceRef, TierId
+
+SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    """One Flux Kustomization as the report lists it."""
+
+    id: TierId
+    path: str
+    source: SourceRef
+    depends_on: tuple[TierId, ...]
+    wait: bool
+    prune: bool
+    objects: int
+    rendered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.id.name,
+            "namespace": self.id.namespace,
+            "path": self.path,
+            "dependsOn": [str(d) for d in self.depends_on],
+            "wait": self.wait,
+            "prune": self.prune,
+            "objects": self.objects,
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Everything `fluxwarden check` found for one cluster."""
+
+    cluster: str
+    entry: str
+    tiers: tuple[TierSummary, ...]
+    order: tuple[TierId, ...]
+    findings: tuple[Finding, ...]
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    @property
+    def errors(self) -> int:
+        return self.count(Severity.ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return self.count(Severity.WARNING)
+
+    @property
+    def verdict(self) -> Severity | None:
+        """The worst severity among error/warning findings; None when clean."""
+        if self.errors:
+            return Severity.ERROR
+        if self.warnings:
+            return Severity.WARNING
+        return None
+
+    @property
+    def objects(self) -> int:
+        return sum(t.objects for t in self.tiers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "kustomizations": [t.to_json() for t in self.tiers],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def verdict_line(report: CheckReport) -> str:
+    """`✅ prod: 6 tiers, 41 objects, no findings` or the same with counts."""
+    icon = SEVERITY_ICON.get(report.verdict, "✅") if report.verdict else "✅"
+    parts = []
+    if report.errors:
+        parts.append(f"{report.errors} error{'s' if report.errors != 1 else ''}")
+    if report.warnings:
+        parts.append(f"{report.warnings} warning{'s' if report.warnings != 1 else ''}")
+    summary = ", ".join(parts) if parts else "no errors or warnings"
+    return f"{icon} {report.cluster}: {summary} ({len(report.tiers)} tiers, {report.objects} objects)"
+
+
+def format_text(report: CheckReport) -> str:
+    """Plain text for a terminal: verdict, findings (errors first), then the tier order."""
+    lines = [verdict_line(report), ""]
+    for finding in report.findings:
+        where = f"  {finding.location}" if finding.location else ""
+        scope = " ".join(str(x) for x in (finding.kustomization, finding.object) if x)
+        lines.append(f"{finding.severity.value.upper():7} {finding.check}  {scope}{where}")
+        lines.append(f"        {finding.message}")
+    if report.findings:
+        lines.append("")
+    lines.append(f"tiers of {report.cluster} (entry {report.entry or '.'}), in apply order:")
+    by_id = {t.id: t for t in report.tiers}
+    for tier_id in report.order:
+        tier = by_id[tier_id]
+        flags = ", ".join(flag for flag, on in (("wait", tier.wait), ("prune", tier.prune)) if on)
+        deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
+        content = f"{tier.objects} objects" if tier.rendered else "not rendered"
+        lines.append(f"  {tier_id}  ./{tier.path}  {content}{' [' + flags + ']' if flags else ''}{deps}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+
+
+def format_location(finding: Finding, link_base: str | None) -> str:
+    """A Markdown `file:line` (a link when we know the blob URL base)."""
+    if not finding.location:
+        return ""
+    text = f"`{finding.location}`"
+    if link_base:
+        anchor = f"#L{finding.location.line}" if finding.location.line else ""
+        return f"[{text}]({link_base.rstrip('/')}/{finding.location.file}{anchor})"
+    return text
+
+
+def findings_table(findings: tuple[Finding, ...] | list[Finding], link_base: str | None = None) -> str:
+    """The findings as a Markdown table, errors first."""
+    rows = ["| | check | tier | object | where | message |", "|---|---|---|---|---|---|"]
+    for f in findings:
+        rows.append(
+            f"| {SEVERITY_ICON[f.severity]} | `{f.check}` | {_cell(str(f.kustomization or ''))} | "
+            f"{_cell(str(f.object or ''))} | {format_location(f, link_base)} | {_cell(f.message)} |"
+        )
+    return "\n".join(rows)
+
+
+def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
+    """Markdown for a PR comment or a CI summary."""
+    parts = [f"### {verdict_line(report)}", ""]
+    if report.findings:
+        parts += [findings_table(report.findings, link_base), ""]
+    parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
+    by_id = {t.id: t for t in report.tiers}
+    for tier_id in report.order:
+        t = by_id[tier_id]
+        parts.append(
+            f"| {_cell(str(t.id))} | `./{t.path}` | {t.objects if t.rendered else 'not rendered'} | "
+            f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {_cell(', '.join(str(d) for d in t.depends_on))} |"
+        )
+    parts += ["", "</details>", ""]
+    return "\n".join(parts)
