@@ -88,7 +88,7 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
             objects=len(t.manifests),
             rendered=t.rendered,
         )
-        for t in render.tiers.values()
+        for t in (render.tiers[tid] for tid in order)
     )
     unique = list(dict.fromkeys(findings))
     return CheckReport(

@@ -46,7 +46,7 @@ def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
 def graph_drift(ctx: CheckContext) -> Iterator[Finding]:
     here = ctx.render.cluster
     for other, graph in sorted(ctx.other_graphs.items()):
-        differences = list(graph_differences(ctx.graph, graph, here, other))
+        differences = list(graph_differences(ctx.graph, graph, here, other, entry=ctx.render_entry))
         if differences:
             shown = "; ".join(differences[:8]) + (f"; and {len(differences) - 8} more" if len(differences) > 8 else "")
             yield Finding(
@@ -56,8 +56,11 @@ def graph_drift(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str) -> Iterator[str]:
-    """Human sentences for each node, edge, wait or prune difference between two graphs."""
+def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str, entry: object = None) -> Iterator[str]:
+    """Human sentences for each node, edge, wait or prune difference between two graphs.
+
+    The cluster entry's path differs by design (clusters/dev vs clusters/prod), so only its edges count.
+    """
     a_nodes, b_nodes = set(a.specs), set(b.specs)
     for tid in sorted(a_nodes - b_nodes):
         yield f"{tid} only in {a_name}"
@@ -69,7 +72,7 @@ def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str) -> I
             yield f"{tid} dependsOn {dep} only in {a_name}"
         for dep in sorted(set(sb.depends_on) - set(sa.depends_on)):
             yield f"{tid} dependsOn {dep} only in {b_name}"
-        for field in ("wait", "prune", "path"):
+        for field in ("wait", "prune") if tid == entry else ("wait", "prune", "path"):
             va, vb = getattr(sa, field), getattr(sb, field)
             if va != vb:
                 yield f"{tid} {field}: {va!r} in {a_name}, {vb!r} in {b_name}"

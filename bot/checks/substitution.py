@@ -56,7 +56,7 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
             if manifest.ref.kind == "Secret":
                 shown = f"{plural(len(tokens), '${…} token')} in {name_list(p for p, _ in tokens)}"  # never a Secret's value
             else:
-                shown = f"{name_list(e for _, e in tokens)} in {name_list(p for p, _ in tokens, 3)}"
+                shown = f"{name_list(e for _, e in tokens)} in {name_list((p for p, _ in tokens), 3)}"
             yield Finding(
                 "literal-token",
                 Severity.ERROR,
