@@ -79,6 +79,7 @@ def tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
         components=tuple(str(c) for c in spec.get("components") or []),
         health_checks=_health_checks(spec, namespace),
         has_post_build=isinstance(post_build, dict),
+        substitute_always=isinstance(post_build, dict) and post_build.get("substituteStrategy") == "Always",
         substitute=substitute,
         substitute_from=substitute_from,
         decryption=bool(spec.get("decryption")),

@@ -163,6 +163,7 @@ class TierSpec:
     components: tuple[str, ...] = ()
     health_checks: tuple[HealthCheck, ...] = ()
     has_post_build: bool = False
+    substitute_always: bool = False  # postBuild.substituteStrategy: Always
     substitute: Mapping[str, str] = field(default_factory=dict)
     substitute_from: tuple[SubstituteFrom, ...] = ()
     decryption: bool = False

@@ -31,7 +31,8 @@ from bot.yamlio import document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
 # Values that come from a Secret are never shown; they render as this marker instead.
-SECRET_MASK = "**masked:{name}**"
+# (No leading `*`: kustomize emits `${S}` unquoted, and `**…` would then parse as a YAML alias.)
+SECRET_MASK = "<masked:{name}>"
 
 
 @dataclass(frozen=True)
@@ -300,16 +301,18 @@ class Renderer:
             findings.append(_failed(spec.id, f"postBuild variable name(s) {', '.join(sorted(bad_names))} are invalid; the build fails", spec.origin))
         # kustomize-controller substitutes only when at least one variable was loaded
         # (fluxcd/pkg kustomize/kustomize_varsub.go: `if len(vars) > 0`).
-        substituting = spec.has_post_build and bool(variables)
+        # `postBuild.substituteStrategy: Always` (kustomize-controller PR #1672) lifts that gate.
+        substituting = spec.has_post_build and (bool(variables) or spec.substitute_always)
         masked = {k: (SECRET_MASK.format(name=k) if k in secret_names else v.replace("\n", "")) for k, v in variables.items()}
         manifests: list[Manifest] = []
         undefined: dict[str, list[Manifest]] = {}
-        failed = raw.failed
+        failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux
         for doc in raw.documents:
             body = doc.body
             used_undefined: tuple[str, ...] = ()
             annotations = (body.get("metadata") or {}).get("annotations") or {}
-            if substituting and annotations.get(SUBSTITUTE_ANNOTATION) != "disabled" and "${" in doc.text:
+            # `$$` collapses to `$` even in a document with no reference (fluxcd/pkg envsubst).
+            if substituting and annotations.get(SUBSTITUTE_ANNOTATION) != "disabled" and ("${" in doc.text or "$$" in doc.text):
                 try:
                     result = envsubst.substitute(doc.text, masked, strict=self.config.strict_substitution)
                 except SubstitutionError as exc:
@@ -323,7 +326,8 @@ class Renderer:
                     findings.append(_failed(spec.id, f"{_ref(doc.body)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", doc.origin))
                     failed = True
                     continue
-            ref = _ref(body)
+                body = _without_origin(body)  # doc.text still carries kustomize's origin annotation
+            ref = _ref(body) if isinstance(body, dict) else None
             if ref is None:
                 findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", doc.origin))
                 failed = True
@@ -413,6 +417,17 @@ def _config_data(body: Mapping[str, Any]) -> dict[str, str]:
         for key, value in (body.get("data") or {}).items():
             out[str(key)] = "" if value is None else str(value)
     return out
+
+
+def _without_origin(body: Any) -> Any:
+    """Drop kustomize's origin annotation (and an annotations map it leaves empty) from a re-parsed object."""
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if isinstance(annotations, dict) and ORIGIN_ANNOTATION in annotations:
+        annotations.pop(ORIGIN_ANNOTATION)
+        if not annotations:
+            meta.pop("annotations")
+    return body
 
 
 def _sources_present(spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument]) -> bool:

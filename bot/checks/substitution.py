@@ -7,6 +7,7 @@ from typing import Any, Iterator
 from bot.checks import CheckContext, check, name_list, plural
 from bot.flux import SUBSTITUTE_ANNOTATION
 from bot.model import Finding, Manifest, Severity
+from bot.errors import SubstitutionError
 from bot.substitute import find_references
 
 # ConfigMap keys that hold a whole file (dashboards, scripts) carry tokens meant for another tool.
@@ -33,7 +34,10 @@ def literal_tokens(manifest: Manifest) -> list[tuple[str, str]]:
             continue
         if is_config and path.startswith(("data.", "stringData.", "binaryData.")) and path.endswith(_FILE_KEY_SUFFIXES):
             continue
-        out.extend((path, ref.expression) for ref in find_references(text))
+        try:
+            out.extend((path, ref.expression) for ref in find_references(text))
+        except SubstitutionError:
+            out.append((path, "${…} (unparseable)"))  # Flux would fail on it too; still literal here
     return out
 
 
@@ -89,7 +93,7 @@ def undefined_variable(ctx: CheckContext) -> Iterator[Finding]:
                 "undefined-variable",
                 Severity.ERROR,
                 f"${{{name}}} (no default) is not defined for {cluster}: used by {objects}; Flux substitutes an "
-                f"empty string",
+                f"empty string (and since Flux 2.9, where strict substitution is the default, fails the build)",
                 kustomization=tier_id,
                 object=first.ref,
                 location=ctx.locate(first),

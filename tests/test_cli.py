@@ -1,0 +1,146 @@
+"""The `fluxwarden check` command: formats, exit codes, one-line errors, golden output on the example."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
+from tests.golden import assert_golden
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "home-ops"
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the example repo (tests must not depend on the checkout's state)."""
+    dest = tmp_path_factory.mktemp("ex") / "home-ops"
+    shutil.copytree(EXAMPLE, dest)
+    return dest
+
+
+@pytest.mark.parametrize("fmt,suffix", [("text", "txt"), ("markdown", "md"), ("json", "json")])
+@pytest.mark.parametrize("cluster", ["dev", "prod"])
+def test_example_golden(example: Path, capsys: pytest.CaptureFixture[str], cluster: str, fmt: str, suffix: str) -> None:
+    code = main(["check", "--repo", str(example), "--cluster", cluster, "--format", fmt])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert out.err == ""
+    assert_golden(f"check/home-ops-{cluster}.{suffix}", out.out)
+
+
+def test_example_shows_the_stale_tier_order(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--repo", str(example), "--cluster", "prod", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["check"], f["kustomization"], f["file"]) for f in report["findings"]] == [
+        ("tier-order-stale", "flux-system/platform-config-cdi", "bootstrap/standup.sh")
+    ]
+    names = [k["name"] for k in report["kustomizations"]]
+    assert names.index("platform-config") < names.index("platform-config-cdi") < names.index("apps-vms")
+    vms = next(k for k in report["kustomizations"] if k["name"] == "apps-vms")
+    assert vms == {
+        "name": "apps-vms",
+        "namespace": "flux-system",
+        "path": "apps/vms",
+        "dependsOn": ["flux-system/platform-config", "flux-system/platform-config-cdi"],
+        "wait": True,
+        "prune": True,
+        "objects": 3,
+    }
+
+
+def test_output_file(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "report.md"
+    assert main(["check", "--repo", str(example), "--cluster", "dev", "--format", "markdown", "--output", str(target)]) == 0
+    assert capsys.readouterr().out == ""
+    assert target.read_text().startswith("### ⚠️ dev: 1 warning")
+
+
+def test_error_finding_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, flux_repo({"a": ks("a", "./a", depends_on=["b"]), "b": ks("b", "./b", depends_on=["a"])},
+                                   {"a/kustomization.yaml": kustomization(), "b/kustomization.yaml": kustomization()}))
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev"]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR   dependency-cycle" in out
+    assert "flux-system/a → flux-system/b → flux-system/a" in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["check", "--cluster", "nope"], "unknown cluster 'nope' (known: dev, prod)"),
+        (["check"], "the following arguments are required: --cluster"),
+        (["check", "--cluster", "dev", "--format", "yaml"], "invalid choice: 'yaml'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+    ids=["unknown-cluster", "missing-cluster", "bad-format", "bad-command"],
+)
+def test_usage_errors_are_one_line_exit_2(example: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) if argv[0] != "check" or "--cluster" not in argv or "--format" in argv else _no_raise():
+        code = main([*argv, "--repo", str(example)] if argv[0] == "check" else argv)
+        assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+class _no_raise:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def test_missing_repo_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--repo", str(tmp_path / "absent"), "--cluster", "dev"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_bad_config_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, {".fluxwarden.yaml": "clusters: [dev]\n", "clusters/dev/kustomization.yaml": kustomization()})
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fluxwarden: error: .fluxwarden.yaml: `clusters` must map")
+
+
+def test_unknown_config_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, {".fluxwarden.yaml": "clustres: {}\n", "clusters/dev/kustomization.yaml": kustomization()})
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev"]) == 2
+    assert "unknown key(s) clustres" in capsys.readouterr().err
+
+
+def test_kustomize_missing_is_an_infrastructure_error(example: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", "/nonexistent/kustomize")
+    assert main(["check", "--repo", str(example), "--cluster", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fluxwarden: infrastructure error: kustomize binary '/nonexistent/kustomize'")
+
+
+def test_console_script_runs_without_activated_venv(example: Path, tmp_path: Path) -> None:
+    """The installed entry point finds the venv's kubectl even when PATH lacks the venv."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "check", "--repo", str(example), "--cluster", "prod"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "tier-order-stale" in proc.stdout
+
+
+def test_entry_without_kustomization_file_is_generated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Like `flux bootstrap`, the entry path needs no kustomization.yaml: Flux generates one."""
+    write_tree(tmp_path, {
+        "clusters/dev/apps.yaml": dump(ks("apps", "./apps")),
+        "apps/cm.yaml": dump(obj("v1", "ConfigMap", "x", "default", data={"a": "b"})),
+    })
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {k["name"]: k["objects"] for k in report["kustomizations"]} == {"flux-system": 1, "apps": 1}
