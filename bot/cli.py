@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.engine import CheckOptions, check_repository
-from bot.errors import FluxwardenError, InfraError
+from bot.errors import FluxwardenError, InfraError, UserError
 from bot.report import format_markdown, format_text
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     check.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count)")
     check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
+    check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
+    check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
     return parser
 
 
@@ -54,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout)
+    if args.head and not args.base:
+        raise UserError("--head needs --base")
+    if args.base:
+        return _review(args, options)
     report = check_repository(args.repo, args.cluster, options)
     if args.format == "json":
         text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
@@ -61,11 +68,31 @@ def _check(args: argparse.Namespace) -> int:
         text = format_markdown(report)
     else:
         text = format_text(report)
+    _emit(args, text)
+    return EXIT_FINDINGS if report.errors else EXIT_CLEAN
+
+
+def _review(args: argparse.Namespace, options: CheckOptions) -> int:
+    from bot.review import review_repository  # GitPython is only needed for reviews
+    from bot.review_report import format_review_markdown, format_review_text, review_to_json
+
+    review = review_repository(args.repo, args.cluster, args.base, args.head, options, cache_dir=args.cache_dir)
+    if args.format == "json":
+        text = json.dumps(review_to_json(review), indent=2, ensure_ascii=False) + "\n"
+    elif args.format == "markdown":
+        text = "\n".join(format_review_markdown([review]))
+    else:
+        text = format_review_text(review)
+    _emit(args, text)
+    # A change is judged by what it adds: pre-existing errors do not fail it.
+    return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN
+
+
+def _emit(args: argparse.Namespace, text: str) -> None:
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    return EXIT_FINDINGS if report.errors else EXIT_CLEAN
 
 
 if __name__ == "__main__":

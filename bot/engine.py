@@ -6,6 +6,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.cache import BuildCache
 from bot.checks import CheckContext, run_checks
 from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import UserError
@@ -38,12 +39,29 @@ def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOpti
         return check_snapshot(snapshot, cluster, binary, options)
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """One cluster of one snapshot: its render, graph, findings and report."""
+
+    render: ClusterRender
+    graph: TierGraph
+    report: CheckReport
+    renderer: Renderer
+
+
 def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions) -> CheckReport:
     """Check one cluster of an already sanitised snapshot."""
+    return analyse(snapshot, cluster, binary, options).report
+
+
+def analyse(
+    snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, cache: BuildCache | None = None
+) -> Analysis:
+    """Render a cluster (and its siblings, for graph-drift) and run every check."""
     config = load_repo_config(snapshot.read_text(CONFIG_FILE))
     entry = cluster_entry(config, cluster, snapshot.root)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout)
+    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache)
     render = renderer.render_cluster(cluster, entry)
     others = {
         name: TierGraph(t.spec for t in renderer.render_cluster(name, path).tiers.values())
@@ -60,7 +78,7 @@ def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, op
         locate=renderer.locate,
     )
     findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render)]
-    return build_report(render, graph, findings)
+    return Analysis(render, graph, build_report(render, graph, findings), renderer)
 
 
 def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from bot import substitute as envsubst
+from bot.cache import BuildCache, ContentHasher
 from bot.config import RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
@@ -27,7 +28,7 @@ from bot.generate import KustomizationIndex, write_overlay
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
-from bot.yamlio import document_heads, split_documents
+from bot.yamlio import check_aliases, document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
 # Values that come from a Secret are never shown; they render as this marker instead.
@@ -96,6 +97,7 @@ class Renderer:
         *,
         jobs: int | None = None,
         timeout: float = 120.0,
+        cache: BuildCache | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.config = config
@@ -103,6 +105,9 @@ class Renderer:
         self.jobs = jobs or os.cpu_count() or 2
         self.timeout = timeout
         self.index = KustomizationIndex(snapshot)
+        self.cache = cache
+        self.hasher = ContentHasher(snapshot.root)
+        self.builds_run = 0
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self._counter = itertools.count(1)
         self._locations: dict[str, list] = {}
@@ -147,6 +152,12 @@ class Renderer:
                 for p in problems
             ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
+        cache_key = None
+        if self.cache is not None:
+            cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
+            cached = self.cache.get(cache_key)
+            if cached is not None:
+                return RawTier(spec, documents=cached, inputs=inputs)
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
@@ -157,6 +168,9 @@ class Renderer:
             documents = self._parse(text, workdir)
         except InputError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+        self.builds_run += 1
+        if cache_key is not None:
+            self.cache.put(cache_key, tuple(documents))
         return RawTier(spec, documents=tuple(documents), inputs=inputs)
 
     def _parse(self, text: str, workdir: Path) -> list[RawDocument]:
@@ -214,9 +228,10 @@ class Renderer:
         if heads is None:
             heads = list(document_heads(self.snapshot.read_text(origin.file) or ""))
             self._locations[origin.file] = heads
-        for head in heads:
-            if head.kind == manifest.ref.kind and head.name and head.name in manifest.ref.name:
-                return SourceLocation(origin.file, head.line)
+        # The longest written name inside the rendered one: `web` must not claim `x-web-config` (namePrefix).
+        matches = [h for h in heads if h.kind == manifest.ref.kind and h.name and h.name in manifest.ref.name]
+        if matches:
+            return SourceLocation(origin.file, max(matches, key=lambda h: len(h.name)).line)
         return origin
 
     # -- a whole cluster ------------------------------------------------------------------------
@@ -321,7 +336,12 @@ class Renderer:
                     continue
                 used_undefined = result.undefined
                 try:
+                    check_aliases(result.text, f"{_ref(doc.body)} after substitution")  # values can add anchors/aliases
                     body = yaml.load(result.text, Loader=yaml.CSafeLoader)
+                except InputError as exc:
+                    findings.append(_failed(spec.id, str(exc), doc.origin))
+                    failed = True
+                    continue
                 except yaml.YAMLError as exc:
                     findings.append(_failed(spec.id, f"{_ref(doc.body)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", doc.origin))
                     failed = True

@@ -1,0 +1,93 @@
+"""An on-disk cache of kustomize builds, keyed by the content of everything a build reads.
+
+A tier's key is the kustomize version, the spec fields kustomize sees, and the SHA-256 of each
+input file (kustomization files, the resources they name, every file of each directory they
+reach). Substitution is not cached: variables change per cluster and cost little.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+FORMAT = 1  # bump when the cached shape changes
+
+
+def default_cache_dir() -> Path:
+    """`$FLUXWARDEN_CACHE_DIR`, else `$XDG_CACHE_HOME/fluxwarden`, else `~/.cache/fluxwarden`."""
+    explicit = os.environ.get("FLUXWARDEN_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fluxwarden"
+
+
+class ContentHasher:
+    """SHA-256 of repo files, memoised: tiers share files and each is read once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._digests: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, rel: str) -> str:
+        with self._lock:
+            cached = self._digests.get(rel)
+        if cached is not None:
+            return cached
+        path = self.root / rel
+        try:
+            if path.is_dir():
+                names = sorted(p.name for p in path.iterdir() if p.is_file())
+                value = "dir:" + hashlib.sha256("\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names).encode()).hexdigest()
+            else:
+                value = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            value = "missing"
+        with self._lock:
+            self._digests[rel] = value
+        return value
+
+    def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
+        """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
+        payload = json.dumps([FORMAT, list(parts), [(p, self.digest(p)) for p in sorted(inputs)]], default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class BuildCache:
+    """Pickled kustomize results on disk (our own files, never repo content as code)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.pickle"
+
+    def get(self, key: str) -> Any | None:
+        try:
+            with self._path(key).open("rb") as handle:
+                value = pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return value
+
+    def put(self, key: str, value: Any) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs time

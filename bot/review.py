@@ -1,0 +1,106 @@
+"""`check --base`: both sides of a change rendered, diffed object by object, findings judged new or not."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot import gitrepo
+from bot.cache import BuildCache, default_cache_dir
+from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
+from bot.engine import Analysis, CheckOptions, analyse, build_report
+from bot.errors import UserError
+from bot.kustomize import locate_kustomize
+from bot.model import Finding, Severity, TierId
+from bot.report import CheckReport
+from bot.snapshot import build_snapshot
+
+
+@dataclass(frozen=True)
+class ReviewedFinding:
+    """A head-side finding, marked new when the base side did not have it."""
+
+    finding: Finding
+    new: bool
+
+
+@dataclass(frozen=True)
+class ClusterReview:
+    """What a change does to one cluster."""
+
+    cluster: str
+    base_sha: str
+    head_sha: str | None  # None: the working tree
+    head: CheckReport
+    diff: ClusterDiff
+    findings: tuple[ReviewedFinding, ...]
+    changed_files: frozenset[str]
+    changed_tiers: frozenset[TierId]
+    kustomize_builds: int = 0  # builds actually run (the rest came from the cache)
+
+    @property
+    def new_errors(self) -> int:
+        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.ERROR)
+
+    @property
+    def new_warnings(self) -> int:
+        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.WARNING)
+
+
+def _finding_key(finding: Finding) -> tuple:
+    """Identity of a finding across sides: messages may change (counts), the subject does not."""
+    return (
+        finding.check,
+        finding.kustomization,
+        finding.object.identity if finding.object else None,
+        finding.location.file if finding.location else None,
+    )
+
+
+def review_repository(repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None) -> ClusterReview:
+    """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`."""
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    binary = locate_kustomize(options.kustomize)
+    cache = BuildCache(cache_dir or default_cache_dir())
+    changed = gitrepo.changed_files(repo, base, head)
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
+        work = Path(tmp)
+        base_sha = gitrepo.export_tree(repo, base, work / "base-export")
+        base_snapshot = build_snapshot(work / "base-export", work / "base")
+        if head is None:
+            head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
+        else:
+            head_sha = gitrepo.export_tree(repo, head, work / "head-export")
+            head_snapshot = build_snapshot(work / "head-export", work / "head")
+        try:
+            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache)
+        except UserError:
+            base_side = None  # the cluster is new in this change
+        head_side = analyse(head_snapshot, cluster, binary, options, cache)
+        return _review(cluster, base_sha, head_sha, base_side, head_side, changed)
+
+
+def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | None, head: Analysis, changed: frozenset[str]) -> ClusterReview:
+    diff = diff_clusters(base.render if base else None, head.render)
+    transient = prune_transient_findings(diff, base.render if base else None, head.render)
+    findings = [*head.report.findings, *transient]
+    report = build_report(head.render, head.graph, findings)
+    before = {_finding_key(f) for f in base.report.findings} if base else set()
+    reviewed = tuple(ReviewedFinding(f, _finding_key(f) not in before) for f in report.findings)
+    touched = {tid for tid, tier in head.render.tiers.items() if tier.inputs & changed}
+    if base:
+        touched |= {tid for tid, tier in base.render.tiers.items() if tier.inputs & changed}
+    touched |= diff.changed_tiers()
+    return ClusterReview(
+        cluster=cluster,
+        base_sha=base_sha,
+        head_sha=head_sha,
+        head=report,
+        diff=diff,
+        findings=reviewed,
+        changed_files=changed,
+        changed_tiers=frozenset(touched),
+        kustomize_builds=head.renderer.builds_run + (base.renderer.builds_run if base else 0),
+    )
