@@ -24,7 +24,7 @@ from bot.cache import BuildCache, ContentHasher
 from bot.config import RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
-from bot.generate import KustomizationIndex, write_overlay
+from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
@@ -140,6 +140,9 @@ class Renderer:
             normal = normalise_repo_path(posixpath.join(spec.path, comp))
             if normal is None:
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} climbs out of the repository", spec.origin),))
+            if posixpath.isabs(comp.strip()) or REMOTE_REFERENCE.search(comp):
+                # write_overlay joins it as written: an absolute path would load a host directory.
+                return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
         dirs, files, problems = self.index.reach(spec.path, components)
         self.index.ensure_kustomization(spec.path)
@@ -214,6 +217,10 @@ class Renderer:
             text = text.replace(str(workdir), "<overlay>")
         text = text.replace(str(self.snapshot.root) + "/", "").replace(str(self.snapshot.root), ".")
         text = text.replace(str(self._work), "<work>")
+        # The overlay names the tier as ../../repo/<path>; kustomize then wraps every error in an
+        # "accumulating resources from <overlay>" layer that says nothing about the repo.
+        text = re.sub(r"^error: accumulating resources: accumulation err='accumulating resources from '\.\./\.\./repo/?[^']*': ", "error: ", text)
+        text = text.replace("../../repo/", "").replace("'../../repo'", "'.'")
         text = re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path outside the repository>", text)
         lines = [line for line in text.splitlines() if line.strip()]
         text = " ".join(lines[:6])

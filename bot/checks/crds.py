@@ -53,6 +53,9 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: list[Manifes
     if static:
         if any(p.tier == tier or ctx.before(tier, p.tier) for p in static if p.tier):
             return
+        # A chart/operator in a waited dependency also brings it: ordered, even if git has a copy elsewhere.
+        if any(p.at_runtime and p.tier and p.tier != tier and ctx.before(tier, p.tier) and _waited(ctx, p) for p in providers):
+            return
         owners = name_list(str(p.tier) for p in static if p.tier)
         yield finding(
             "crd-not-ordered",
@@ -112,6 +115,16 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
         return
     owners = name_list(str(p.tier) for p in runtime)
     p = runtime[0]
+    if all(q.kind == ProviderKind.CHART for q in runtime):
+        # README: a chart's CRD in a non-dependency tier is crd-not-ordered (second-order is for operators' CRs).
+        yield finding(
+            "crd-not-ordered",
+            Severity.ERROR,
+            f"{what} need the CRD for {gk}, which {p.description} in {owners} installs; {tier} does not depend "
+            f"on it, so on a cold cluster its dry-run can fail with \"no matches for kind {gk.kind}\". Add "
+            f"dependsOn: {owners} (with wait: true there)",
+        )
+        return
     yield finding(
         "second-order-crd",
         Severity.ERROR,

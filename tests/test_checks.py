@@ -1,0 +1,577 @@
+"""Table-driven tests for every public check id, on small repositories rendered with real kustomize.
+
+Each case writes a tiny Flux repo (a `clusters/dev` entry listing Flux Kustomizations, one directory
+per tier), runs `check_repository` and asserts the exact set of (check, tier name) pairs the check
+under test reports: a positive and a negative case per check, the seed incident, and "no false
+alarms" on sound repos (including the bundled example).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pytest
+import yaml
+
+from bot.cli import main as cli_main
+from bot.engine import check_repository
+from bot.model import Severity
+from bot.report import CheckReport
+from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO_ROOT / "examples" / "home-ops"
+
+# --------------------------------------------------------------------------------------------
+# building blocks
+
+
+def tier_dir(path: str, *objects: Mapping[str, Any]) -> dict[str, str]:
+    """A tier directory: kustomization.yaml listing one objects.yaml."""
+    return {f"{path}/kustomization.yaml": kustomization("objects.yaml"), f"{path}/objects.yaml": dump(*objects)}
+
+
+def repo(tiers: Mapping[str, dict[str, Any]], dirs: Mapping[str, Iterable[Mapping[str, Any]]], extra: Mapping[str, str] | None = None, cluster: str = "dev") -> dict[str, str]:
+    """flux_repo plus one directory per entry of `dirs` (path -> objects)."""
+    files = flux_repo(tiers, cluster=cluster)
+    for path, objects in dirs.items():
+        files.update(tier_dir(path, *objects))
+    files.update(extra or {})
+    return files
+
+
+def cm(name: str = "cfg", namespace: str | None = "default", **data: str) -> dict[str, Any]:
+    return obj("v1", "ConfigMap", name, namespace, data=dict(data) or {"k": "v"})
+
+
+def found(report: CheckReport, check: str) -> set[tuple[str, str | None]]:
+    return {(f.check, f.kustomization.name if f.kustomization else None) for f in report.findings if f.check == check}
+
+
+def messages(report: CheckReport, check: str) -> list[str]:
+    return [f.message for f in report.findings if f.check == check]
+
+
+def run(tmp_path: Path, files: Mapping[str, str], cluster: str = "dev") -> CheckReport:
+    write_tree(tmp_path, files)
+    return check_repository(tmp_path, cluster)
+
+
+# CDI: the operator manifest ships only the CDI CRD; StorageProfile/DataVolume CRDs appear at run time.
+CDI_CRD = crd("cdi.kubevirt.io", "CDI", "cdis", scope="Cluster")
+CDI_CR = obj("cdi.kubevirt.io/v1beta1", "CDI", "cdi", spec={})
+PROFILE = obj("cdi.kubevirt.io/v1beta1", "StorageProfile", "longhorn-vm", spec={"cloneStrategy": "snapshot"})
+WIDGET_CRD = crd("example.com", "Widget", "widgets")
+WIDGET = obj("example.com/v1", "Widget", "w1", "default", spec={})
+CERT_MANAGER_NS = obj("v1", "Namespace", "cert-manager")
+JETSTACK = obj("source.toolkit.fluxcd.io/v1", "HelmRepository", "jetstack", "cert-manager", spec={"interval": "12h", "url": "https://charts.jetstack.io"})
+
+
+def cert_manager(crds_enabled: bool = True) -> dict[str, Any]:
+    return obj(
+        "helm.toolkit.fluxcd.io/v2",
+        "HelmRelease",
+        "cert-manager",
+        "cert-manager",
+        spec={
+            "interval": "30m",
+            "chart": {"spec": {"chart": "cert-manager", "version": "v1.16.2", "sourceRef": {"kind": "HelmRepository", "name": "jetstack"}}},
+            "values": {"crds": {"enabled": crds_enabled}},
+        },
+    )
+
+
+ISSUER_CRD = crd("cert-manager.io", "ClusterIssuer", "clusterissuers", scope="Cluster")
+ISSUER = obj("cert-manager.io/v1", "ClusterIssuer", "letsencrypt", spec={"selfSigned": {}})
+CDI_HEALTH = [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "name": "cdi"}]
+CM_HEALTH = [{"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "name": "cert-manager", "namespace": "cert-manager"}]
+
+
+def two_tiers(a_objects, b_objects, *, b_depends=(), a_wait=False, a_spec=None, b_spec=None) -> dict[str, str]:
+    """Tier `a` (./a) and tier `b` (./b), b optionally depending on a."""
+    return repo(
+        {"a": ks("a", "./a", wait=a_wait, **(a_spec or {})), "b": ks("b", "./b", depends_on=b_depends, **(b_spec or {}))},
+        {"a": a_objects, "b": b_objects},
+    )
+
+
+def chain(*names: str, edges: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """One tier per name (./<name>, a ConfigMap each) with the given dependsOn edges."""
+    return repo(
+        {n: ks(n, f"./{n}", depends_on=edges.get(n, ())) for n in names},
+        {n: [cm(n)] for n in names},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# dependency-cycle
+
+CYCLE_CASES = [
+    pytest.param(chain("a", "b", edges={"a": ["b"], "b": ["a"]}), {("dependency-cycle", "a")}, "flux-system/a → flux-system/b → flux-system/a", id="two-cycle"),
+    pytest.param(chain("a", "b", "c", edges={"a": ["b"], "b": ["c"], "c": ["a"]}), {("dependency-cycle", "a")}, "flux-system/a → flux-system/b → flux-system/c → flux-system/a", id="three-cycle"),
+    pytest.param(chain("a", "b", edges={"a": ["a"], "b": ["a"]}), {("dependency-cycle", "a")}, "flux-system/a → flux-system/a", id="self-loop"),
+    pytest.param(chain("a", "b", "c", edges={"b": ["a"], "c": ["a", "b"]}), set(), None, id="neg-dag"),
+]
+
+
+@pytest.mark.parametrize("files, expected, path", CYCLE_CASES)
+def test_dependency_cycle(tmp_path, files, expected, path):
+    report = run(tmp_path, files)
+    assert found(report, "dependency-cycle") == expected
+    if path:
+        assert any(path in m for m in messages(report, "dependency-cycle")), messages(report, "dependency-cycle")
+
+
+# --------------------------------------------------------------------------------------------
+# missing-dependency
+
+_SRC = {"sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}}
+MISSING_DEP_CASES = [
+    pytest.param(chain("a", "b", edges={"b": ["ghost"]}), {("missing-dependency", "b")}, None, id="unknown-name"),
+    pytest.param(
+        # b lives in namespace apps; `dependsOn: [{name: a}]` defaults to apps/a, but a is flux-system/a.
+        repo({"a": ks("a", "./a"), "b": ks("b", "./b", namespace="apps", depends_on=["a"], **_SRC)}, {"a": [cm("a")], "b": [cm("b")]}),
+        {("missing-dependency", "b")},
+        "did you mean flux-system/a",
+        id="wrong-namespace-hint",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a"), "b": ks("b", "./b", namespace="apps", depends_on=["flux-system/a"], **_SRC)}, {"a": [cm("a")], "b": [cm("b")]}),
+        set(),
+        None,
+        id="neg-explicit-namespace",
+    ),
+    pytest.param(chain("a", "b", edges={"b": ["a"]}), set(), None, id="neg-present"),
+]
+
+
+@pytest.mark.parametrize("files, expected, hint", MISSING_DEP_CASES)
+def test_missing_dependency(tmp_path, files, expected, hint):
+    report = run(tmp_path, files)
+    assert found(report, "missing-dependency") == expected
+    if hint:
+        assert any(hint in m for m in messages(report, "missing-dependency")), messages(report, "missing-dependency")
+
+
+# --------------------------------------------------------------------------------------------
+# second-order-crd, crd-not-ordered, dependency-not-waited, unknown-kind
+
+API_CASES = [
+    # second-order-crd
+    pytest.param(
+        two_tiers([CDI_CRD], [CDI_CR, PROFILE], b_depends=["a"], a_wait=True),
+        "second-order-crd", {("second-order-crd", "b")}, "StorageProfile",
+        id="second-order/runtime-crd-cr-same-tier",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], a_wait=True),
+        "second-order-crd", {("second-order-crd", "b")}, "StorageProfile",
+        id="second-order/cr-in-non-dependency-tier",
+    ),
+    pytest.param(
+        repo({"certs": ks("certs", "./certs", wait=True)}, {"certs": [CERT_MANAGER_NS, JETSTACK, cert_manager(), ISSUER]}),
+        "second-order-crd", {("second-order-crd", "certs")}, "ClusterIssuer",
+        id="second-order/helmrelease-chart-same-tier",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True),
+        "second-order-crd", set(), None,
+        id="second-order/neg-own-tier-depends-and-waits",
+    ),
+    pytest.param(
+        # cert-manager without crds.enabled ships no CRDs: nobody known provides ClusterIssuer.
+        repo({"certs": ks("certs", "./certs", wait=True)}, {"certs": [CERT_MANAGER_NS, JETSTACK, cert_manager(False), ISSUER]}),
+        "second-order-crd", set(), None,
+        id="second-order/neg-chart-crds-disabled",
+    ),
+    # crd-not-ordered
+    pytest.param(
+        two_tiers([WIDGET_CRD], [WIDGET]),
+        "crd-not-ordered", {("crd-not-ordered", "b")}, "Widget",
+        id="crd-not-ordered/git-crd-non-dependency",
+    ),
+    pytest.param(
+        two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], a_wait=True),
+        "crd-not-ordered", {("crd-not-ordered", "b")}, "ClusterIssuer",
+        id="crd-not-ordered/chart-non-dependency",
+    ),
+    pytest.param(
+        two_tiers([WIDGET_CRD], [WIDGET], b_depends=["a"]),
+        "crd-not-ordered", set(), None,
+        id="crd-not-ordered/neg-dependency",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {"a": [cm("a")]}, extra={"clusters/dev/kustomization.yaml": kustomization("a.yaml", "crd.yaml"), "clusters/dev/crd.yaml": dump(WIDGET_CRD), **tier_dir("a", WIDGET)}),
+        "crd-not-ordered", set(), None,
+        id="crd-not-ordered/neg-crd-in-entry",
+    ),
+    pytest.param(
+        repo(
+            {"a": ks("a", "./a"), "x": ks("x", "./x", depends_on=["a"]), "b": ks("b", "./b", depends_on=["x"])},
+            {"a": [WIDGET_CRD], "x": [cm("x")], "b": [WIDGET]},
+        ),
+        "crd-not-ordered", set(), None,
+        id="crd-not-ordered/neg-transitive-dependency",
+    ),
+    pytest.param(
+        # Two providers: the chart in a waited dependency is enough, a stray git copy elsewhere does not matter.
+        repo(
+            {"a": ks("a", "./a", wait=True), "b": ks("b", "./b", depends_on=["a"]), "c": ks("c", "./c")},
+            {"a": [CERT_MANAGER_NS, JETSTACK, cert_manager()], "b": [ISSUER], "c": [ISSUER_CRD]},
+        ),
+        "crd-not-ordered", set(), None,
+        id="crd-not-ordered/neg-chart-in-waited-dependency-and-git-copy-elsewhere",
+    ),
+    # dependency-not-waited
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=False),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "CDI cdi",
+        id="not-waited/trigger-cr-wait-false",
+    ),
+    pytest.param(
+        two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_wait=False),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "HelmRelease cert-manager",
+        id="not-waited/helmrelease-wait-false",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthChecks": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "cdi-operator", "namespace": "cdi"}]}),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "CDI cdi",
+        id="not-waited/healthcheck-names-other-object",
+    ),
+    pytest.param(
+        # The cluster entry (flux bootstrap's Kustomization) applies the trigger CR and never waits.
+        repo({"b": ks("b", "./b")}, {"b": [PROFILE]}, extra={"clusters/dev/kustomization.yaml": kustomization("b.yaml", "cdi.yaml"), "clusters/dev/cdi.yaml": dump(CDI_CRD, CDI_CR)}),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "flux-system/flux-system",
+        id="not-waited/trigger-cr-in-cluster-entry",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True),
+        "dependency-not-waited", set(), None,
+        id="not-waited/neg-wait-true",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthChecks": CDI_HEALTH}),
+        "dependency-not-waited", set(), None,
+        id="not-waited/neg-healthcheck-names-cr",
+    ),
+    pytest.param(
+        two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_spec={"healthChecks": CM_HEALTH}),
+        "dependency-not-waited", set(), None,
+        id="not-waited/neg-healthcheck-names-helmrelease",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
+        "dependency-not-waited", set(), None,
+        id="not-waited/neg-healthcheckexprs-cover-kind",
+    ),
+    # unknown-kind
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {"a": [WIDGET]}),
+        "unknown-kind", {("unknown-kind", "a")}, "no CRD for Widget.example.com",
+        id="unknown-kind/no-crd-anywhere",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {"a": [PROFILE]}),
+        "unknown-kind", {("unknown-kind", "a")}, "cdi-operator",
+        id="unknown-kind/runtime-kind-without-trigger",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {"a": [cm("a"), obj("apps/v1", "Deployment", "d", "default", spec={}), JETSTACK, obj("v1", "Namespace", "cert-manager")]}),
+        "unknown-kind", set(), None,
+        id="unknown-kind/neg-builtin-and-flux-kinds",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {"a": [WIDGET_CRD, WIDGET]}),
+        "unknown-kind", set(), None,
+        id="unknown-kind/neg-crd-same-tier",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, check, expected, needle", API_CASES)
+def test_api_availability(tmp_path, files, check, expected, needle):
+    report = run(tmp_path, files)
+    assert found(report, check) == expected, [(f.check, str(f.kustomization), f.message) for f in report.findings]
+    if needle:
+        assert any(needle in m for m in messages(report, check)), messages(report, check)
+
+
+# --------------------------------------------------------------------------------------------
+# missing-provider
+
+LONGHORN_VM = obj("storage.k8s.io/v1", "StorageClass", "longhorn-vm", provisioner="driver.longhorn.io")
+PVC = obj("v1", "PersistentVolumeClaim", "data", "default", spec={"storageClassName": "longhorn-vm", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}})
+DATAVOLUME = obj("cdi.kubevirt.io/v1beta1", "DataVolume", "disk", "default", spec={"source": {"blank": {}}, "storage": {"storageClassName": "longhorn-vm", "resources": {"requests": {"storage": "1Gi"}}}})
+CERTIFICATE = obj("cert-manager.io/v1", "Certificate", "web", "default", spec={"secretName": "web-tls", "dnsNames": ["a.example"], "issuerRef": {"kind": "ClusterIssuer", "name": "letsencrypt"}})
+INGRESS_CLASS = obj("networking.k8s.io/v1", "IngressClass", "traefik", spec={"controller": "traefik.io/ingress-controller"})
+INGRESS = obj("networking.k8s.io/v1", "Ingress", "web", "default", spec={"ingressClassName": "traefik", "rules": [{"host": "a.example"}]})
+TEAM_NS = obj("v1", "Namespace", "team")
+
+PROVIDER_CASES = [
+    pytest.param(two_tiers([LONGHORN_VM], [PVC]), {("missing-provider", "b")}, ["StorageClass longhorn-vm"], id="pvc-storageclass-non-dependency"),
+    pytest.param(
+        # The DataVolume needs both the StorageClass and CDI's StorageProfile of the same name.
+        two_tiers([LONGHORN_VM, PROFILE], [DATAVOLUME]),
+        {("missing-provider", "b")},
+        ["StorageClass longhorn-vm", "StorageProfile longhorn-vm"],
+        id="datavolume-storageclass-and-profile",
+    ),
+    pytest.param(two_tiers([ISSUER], [CERTIFICATE]), {("missing-provider", "b")}, ["ClusterIssuer letsencrypt"], id="certificate-clusterissuer"),
+    pytest.param(two_tiers([INGRESS_CLASS], [INGRESS]), {("missing-provider", "b")}, ["IngressClass traefik"], id="ingress-class"),
+    pytest.param(two_tiers([TEAM_NS], [cm("x", "team")]), {("missing-provider", "b")}, ["Namespace team"], id="namespace-in-other-tier"),
+    pytest.param(
+        two_tiers([TEAM_NS], [obj("v1", "ConfigMap", "x", data={"k": "v"})], b_spec={"targetNamespace": "team"}),
+        {("missing-provider", "b")}, ["Namespace team"], id="target-namespace-in-other-tier",
+    ),
+    pytest.param(
+        two_tiers([ISSUER], [obj("networking.k8s.io/v1", "Ingress", "web", "default", metadata={"name": "web", "namespace": "default", "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}}, spec={})]),
+        {("missing-provider", "b")}, ["ClusterIssuer letsencrypt (cert-manager.io/cluster-issuer annotation)"], id="ingress-issuer-annotation",
+    ),
+    pytest.param(repo({"a": ks("a", "./a")}, {"a": [LONGHORN_VM, PVC, TEAM_NS, cm("x", "team")]}), set(), [], id="neg-same-tier"),
+    pytest.param(two_tiers([LONGHORN_VM, ISSUER, INGRESS_CLASS, TEAM_NS], [PVC, CERTIFICATE, INGRESS, cm("x", "team")], b_depends=["a"]), set(), [], id="neg-dependency"),
+    pytest.param(repo({"b": ks("b", "./b")}, {"b": [PVC, CERTIFICATE, INGRESS, cm("x", "team")]}), set(), [], id="neg-not-in-git"),
+]
+
+
+@pytest.mark.parametrize("files, expected, needles", PROVIDER_CASES)
+def test_missing_provider(tmp_path, files, expected, needles):
+    report = run(tmp_path, files)
+    assert found(report, "missing-provider") == expected
+    got = messages(report, "missing-provider")
+    assert len(got) == len(needles), got
+    for needle in needles:
+        assert any(needle in m for m in got), (needle, got)
+
+
+# --------------------------------------------------------------------------------------------
+# literal-token, undefined-variable
+
+VARS_CM = cm("cluster-vars", "flux-system", CLUSTER_NAME="dev")
+FROM_VARS = {"substituteFrom": [{"kind": "ConfigMap", "name": "cluster-vars"}]}
+
+
+def vars_repo(objects, post_build=None, *, vars_in_git=True) -> dict[str, str]:
+    """Tier `a` (./a) with `objects` and the given postBuild; cluster-vars rendered by the entry."""
+    files = repo({"a": ks("a", "./a", post_build=post_build)}, {"a": objects})
+    if vars_in_git:
+        files["clusters/dev/kustomization.yaml"] = kustomization("a.yaml", "vars.yaml")
+        files["clusters/dev/vars.yaml"] = dump(VARS_CM)
+    return files
+
+
+LITERAL_CASES = [
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")]), {("literal-token", "a")}, "no spec.postBuild", id="no-postbuild"),
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substitute": {}}), {("literal-token", "a")}, "loads no variable", id="postbuild-without-variables"),
+    pytest.param(
+        # The only source is not in git: its variables are unknown, so substitution may well run.
+        vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}),
+        set(), None, id="neg-optional-external-source",
+    ),
+    pytest.param(
+        vars_repo([obj("v1", "ConfigMap", "a", "default", metadata={"name": "a", "namespace": "default", "annotations": {"kustomize.toolkit.fluxcd.io/substitute": "disabled"}}, data={"k": "${CLUSTER_NAME}"})]),
+        set(), None, id="neg-substitute-disabled",
+    ),
+    pytest.param(vars_repo([cm("a", k="$${CLUSTER_NAME}")]), set(), None, id="neg-escaped"),
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")], FROM_VARS), set(), None, id="neg-substituted"),
+    pytest.param(vars_repo([cm("a", **{"run.sh": "echo ${HOME}"})]), set(), None, id="neg-configmap-file-key"),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", LITERAL_CASES)
+def test_literal_token(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert found(report, "literal-token") == expected
+    if needle:
+        assert any(needle in m for m in messages(report, "literal-token")), messages(report, "literal-token")
+
+
+def test_literal_token_optional_external_source_is_reported_as_unchecked(tmp_path):
+    report = run(tmp_path, vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}))
+    assert found(report, "substitution-source-external") == {("substitution-source-external", "a")}
+    assert not [f for f in report.findings if f.severity == Severity.ERROR]
+
+
+UNDEFINED_CASES = [
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_DOMAIN}")], FROM_VARS), {("undefined-variable", "a", Severity.ERROR)}, id="source-in-git-lacks-it"),
+    pytest.param(vars_repo([cm("a", k="${MISSING}")], {"substitute": {"X": "1"}}, vars_in_git=False), {("undefined-variable", "a", Severity.ERROR)}, id="inline-substitute-lacks-it"),
+    pytest.param(
+        vars_repo([cm("a", k="${CLUSTER_DOMAIN}")], {"substitute": {"X": "1"}, "substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}),
+        {("undefined-variable", "a", Severity.INFO)},
+        id="open-set-is-info",
+    ),
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")], FROM_VARS), set(), id="neg-defined"),
+    pytest.param(vars_repo([cm("a", k="${CLUSTER_DOMAIN:=example.net}")], FROM_VARS), set(), id="neg-default"),
+    pytest.param(vars_repo([cm("a", k="${X}")], {**FROM_VARS, "substitute": {"X": "1"}}), set(), id="neg-inline-defined"),
+]
+
+
+@pytest.mark.parametrize("files, expected", UNDEFINED_CASES)
+def test_undefined_variable(tmp_path, files, expected):
+    report = run(tmp_path, files)
+    got = {(f.check, f.kustomization.name, f.severity) for f in report.findings if f.check == "undefined-variable"}
+    assert got == expected
+
+
+# --------------------------------------------------------------------------------------------
+# graph-drift
+
+
+def clusters(dev_tiers, prod_tiers, dirs) -> dict[str, str]:
+    files = repo(dev_tiers, dirs)
+    files.update(flux_repo(prod_tiers, cluster="prod"))
+    return files
+
+
+_AB = {"a": [cm("a")], "b": [cm("b")]}
+DRIFT_CASES = [
+    pytest.param(
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b")}, _AB),
+        {("graph-drift", None)}, "flux-system/b dependsOn flux-system/a only in dev", id="edge",
+    ),
+    pytest.param(
+        clusters({"a": ks("a", "./a", wait=True), "b": ks("b", "./b")}, {"a": ks("a", "./a", wait=False), "b": ks("b", "./b")}, _AB),
+        {("graph-drift", None)}, "flux-system/a wait: True in dev, False in prod", id="wait",
+    ),
+    pytest.param(
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": ks("a", "./a")}, _AB),
+        {("graph-drift", None)}, "flux-system/b only in dev", id="node",
+    ),
+    pytest.param(
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, _AB),
+        set(), None, id="neg-identical",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", DRIFT_CASES)
+def test_graph_drift(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert found(report, "graph-drift") == expected
+    if needle:
+        assert any(needle in m for m in messages(report, "graph-drift")), messages(report, "graph-drift")
+
+
+# --------------------------------------------------------------------------------------------
+# tier-order-stale
+
+TIER_ORDER_CONFIG = "tier_order: {file: bootstrap/standup.sh, variable: TIER_ORDER}\n"
+
+
+def ordered(script: str) -> dict[str, str]:
+    files = chain("a", "b", "c", edges={"b": ["a"], "c": ["b"]})
+    files[".fluxwarden.yaml"] = TIER_ORDER_CONFIG
+    files["bootstrap/standup.sh"] = script
+    return files
+
+
+TIER_ORDER_CASES = [
+    pytest.param(ordered("TIER_ORDER=(a b)\n"), {("tier-order-stale", "c")}, "c is not listed", id="missing-tier"),
+    pytest.param(ordered("TIER_ORDER=(\n  a\n  c\n  b\n)\n"), {("tier-order-stale", "c")}, "c is listed before b", id="wrong-order"),
+    pytest.param(ordered("#!/bin/sh\n"), {("tier-order-stale", None)}, "TIER_ORDER", id="variable-absent"),
+    pytest.param(ordered("TIER_ORDER=(a b c)\n"), set(), None, id="neg-correct"),
+    pytest.param(chain("a", "b", edges={"b": ["a"]}), set(), None, id="neg-not-configured"),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", TIER_ORDER_CASES)
+def test_tier_order_stale(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert found(report, "tier-order-stale") == expected
+    if needle:
+        assert any(needle in m for m in messages(report, "tier-order-stale")), messages(report, "tier-order-stale")
+
+
+# --------------------------------------------------------------------------------------------
+# render-failed
+
+RENDER_CASES = [
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {}, extra={"a/kustomization.yaml": kustomization("present.yaml", "absent.yaml"), "a/present.yaml": dump(cm("a"))}),
+        {("render-failed", "a")}, "absent.yaml", id="missing-resource-file",
+    ),
+    pytest.param(repo({"a": ks("a", "./nowhere")}, {}), {("render-failed", "a")}, "nowhere", id="path-not-found"),
+    pytest.param(
+        repo({"a": ks("a", "./a")}, {}, extra={"a/kustomization.yaml": kustomization("bad.yaml"), "a/bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x\n"}),
+        {("render-failed", "a")}, None, id="invalid-yaml",
+    ),
+    pytest.param(repo({"a": ks("a", "./a")}, {"a": [cm("a")]}), set(), None, id="neg-builds"),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", RENDER_CASES)
+def test_render_failed(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert found(report, "render-failed") == expected
+    got = messages(report, "render-failed")
+    if needle:
+        assert any(needle in m for m in got), got
+    for message in got:
+        assert "/tmp" not in message and str(tmp_path) not in message, message
+        assert not re.search(r"(?<![\w.])/(?:home|root|var|usr|work|private)/", message), message
+
+
+# --------------------------------------------------------------------------------------------
+# no false alarms
+
+
+SOUND_CASES = [
+    pytest.param(two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True), id="runtime-crd-upstream-wait"),
+    pytest.param(two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_wait=True), id="chart-crd-upstream-wait"),
+    pytest.param(two_tiers([WIDGET_CRD], [WIDGET], b_depends=["a"]), id="git-crd-upstream"),
+    pytest.param(repo({"a": ks("a", "./a")}, {"a": [WIDGET_CRD, WIDGET, CDI_CRD, CDI_CR]}), id="crd-same-tier"),
+]
+
+
+@pytest.mark.parametrize("files", SOUND_CASES)
+def test_no_false_alarms(tmp_path, files):
+    report = run(tmp_path, files)
+    assert [(f.check, str(f.kustomization), f.message) for f in report.findings] == []
+
+
+@pytest.mark.parametrize("cluster", ["dev", "prod"])
+def test_example_repo_only_stale_tier_order(cluster):
+    report = check_repository(EXAMPLE, cluster)
+    assert [(f.check, f.kustomization.name if f.kustomization else None) for f in report.findings] == [
+        ("tier-order-stale", "platform-config-cdi")
+    ], [f.message for f in report.findings]
+    assert cli_main(["check", "--repo", str(EXAMPLE), "--cluster", cluster, "--output", "/dev/null"]) == 0  # warnings only
+
+
+# --------------------------------------------------------------------------------------------
+# the seed incident: StorageProfiles applied next to the CDI CR
+
+
+def _pre_fix(root: Path) -> None:
+    """Undo the seed's fix: profiles back in platform-config, no platform-config-cdi tier."""
+    shutil.move(root / "platform-config-cdi" / "cdi-storageprofiles.yaml", root / "platform-config" / "cdi-storageprofiles.yaml")
+    shutil.rmtree(root / "platform-config-cdi")
+    kfile = root / "platform-config" / "kustomization.yaml"
+    doc = yaml.safe_load(kfile.read_text())
+    doc["resources"].append("cdi-storageprofiles.yaml")
+    kfile.write_text(yaml.safe_dump(doc))
+    (root / "clusters" / "base" / "platform-config-cdi.yaml").unlink()
+    base = root / "clusters" / "base" / "kustomization.yaml"
+    doc = yaml.safe_load(base.read_text())
+    doc["resources"].remove("platform-config-cdi.yaml")
+    base.write_text(yaml.safe_dump(doc))
+    vms = root / "clusters" / "base" / "apps-vms.yaml"
+    doc = yaml.safe_load(vms.read_text())
+    doc["spec"]["dependsOn"] = [d for d in doc["spec"]["dependsOn"] if d["name"] != "platform-config-cdi"]
+    vms.write_text(yaml.safe_dump(doc))
+
+
+def test_seed_incident_pre_fix_is_second_order_crd(tmp_path, capsys):
+    root = tmp_path / "home-ops"
+    shutil.copytree(EXAMPLE, root)
+    _pre_fix(root)
+    report = check_repository(root, "prod")
+    seed = [f for f in report.findings if f.check == "second-order-crd"]
+    assert {(str(f.kustomization), f.object.kind) for f in seed} == {("flux-system/platform-config", "StorageProfile")}
+    assert seed[0].severity == Severity.ERROR
+    assert "StorageProfile" in seed[0].message and "CDI cdi" in seed[0].message
+    assert cli_main(["check", "--repo", str(root), "--cluster", "prod"]) == 1
+    out = capsys.readouterr().out
+    assert "second-order-crd" in out and "flux-system/platform-config" in out
