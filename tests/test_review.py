@@ -1,0 +1,91 @@
+"""`check --base`: the seed's own PR reviewed end to end on real git repos, and the build cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from bot.diff import ChangeKind
+from bot.model import Severity, TierId
+from bot.review import review_repository
+from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
+
+
+@pytest.fixture()
+def seed_pr(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repo whose base is the seed's pre-fix state and whose head is the fix (the example)."""
+    root = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, root)
+    pre_fix(root)
+    repo = init_repo(root)
+    base = repo.head.commit.hexsha
+    shutil.rmtree(root / "platform-config")
+    shutil.copytree(EXAMPLE / "platform-config", root / "platform-config")
+    shutil.copytree(EXAMPLE / "platform-config-cdi", root / "platform-config-cdi")
+    for name in ("kustomization.yaml", "apps-vms.yaml", "platform-config-cdi.yaml"):
+        shutil.copy(EXAMPLE / "clusters/base" / name, root / "clusters/base" / name)
+    head = commit_all(repo, "fix(gitops): CDI cold-start deadlock repaired in the graph")
+    return root, base, head
+
+
+def test_base_is_the_incident(seed_pr: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, base, _ = seed_pr
+    code = main(["check", "--repo", str(root), "--cluster", "prod", "--base", base, "--head", base, "--cache-dir", str(tmp_path / "c"), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    errors = [(f["check"], f["kustomization"], f["new"]) for f in report["findings"] if f["severity"] == "error"]
+    assert errors == [("second-order-crd", "flux-system/platform-config", False)]
+    assert code == 0  # nothing new: the same revision on both sides
+
+
+def test_seed_fix_reviewed(seed_pr: tuple[Path, str, str], tmp_path: Path) -> None:
+    root, base, head = seed_pr
+    review = review_repository(root, "prod", base, head, cache_dir=tmp_path / "cache")
+    by_check = {(r.finding.check, r.new) for r in review.findings}
+    # The fix removes the deadlock, and the move it makes is a prune transient to check live first.
+    assert ("second-order-crd", False) not in by_check and ("second-order-crd", True) not in by_check
+    assert ("prune-transient", True) in by_check
+    assert ("tier-order-stale", True) in by_check
+    assert review.new_errors == 0
+    transient = next(r.finding for r in review.findings if r.finding.check == "prune-transient")
+    assert transient.severity == Severity.WARNING
+    assert transient.kustomization in (TierId("flux-system", "platform-config"), TierId("flux-system", "platform-config-cdi"))
+    assert "platform-config" in transient.message and "Ready" in transient.message
+    moves = [c for c in review.diff.moves]
+    assert {c.ref.name for c in moves} == {"longhorn-vm", "longhorn-static"}
+    assert all(c.kind == ChangeKind.MOVED and c.from_tier == TierId("flux-system", "platform-config") for c in moves)
+    assert TierId("flux-system", "platform-config-cdi") in review.changed_tiers
+    assert TierId("flux-system", "apps") not in review.changed_tiers
+
+
+def test_warm_cache_makes_unchanged_tiers_free(seed_pr: tuple[Path, str, str], tmp_path: Path) -> None:
+    root, base, head = seed_pr
+    cache = tmp_path / "cache"
+    cold = review_repository(root, "prod", base, head, cache_dir=cache)
+    warm = review_repository(root, "prod", base, head, cache_dir=cache)
+    assert cold.kustomize_builds > 0
+    assert warm.kustomize_builds == 0
+    assert [r.finding for r in warm.findings] == [r.finding for r in cold.findings]
+    # A working-tree edit to one tier rebuilds that tier only.
+    profiles = root / "platform-config-cdi/cdi-storageprofiles.yaml"
+    profiles.write_text(profiles.read_text().replace("cloneStrategy: snapshot", "cloneStrategy: copy"))
+    one = review_repository(root, "prod", head, None, cache_dir=cache)
+    assert one.kustomize_builds == 1
+    assert [t.tier.name for t in one.diff.tiers] == ["platform-config-cdi"]
+    change = one.diff.tiers[0].changes[0]
+    assert change.kind == ChangeKind.CHANGED and "-  cloneStrategy: snapshot" in change.diff.replace("  cloneStrategy", "  cloneStrategy")
+
+
+def test_bad_revision_is_a_usage_error(seed_pr: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    root, _, _ = seed_pr
+    assert main(["check", "--repo", str(root), "--cluster", "prod", "--base", "no-such-ref"]) == 2
+    assert capsys.readouterr().err.strip() == "fluxwarden: error: unknown git revision 'no-such-ref'"
+
+
+def test_head_without_base(seed_pr: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    root, _, head = seed_pr
+    assert main(["check", "--repo", str(root), "--cluster", "prod", "--head", head]) == 2
+    assert "--head needs --base" in capsys.readouterr().err
