@@ -1,0 +1,72 @@
+"""`.fluxwarden.yaml`: parsing, defaults, errors, cluster discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.errors import ConfigError
+from bot.knowledge import default_knowledge
+from bot.model import GroupKind, SourceRef
+from tests.fluxrepo import kustomization, write_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_example_config_is_valid() -> None:
+    config = load_repo_config((ROOT / "config/repo.example.fluxwarden.yaml").read_text())
+    assert config.clusters == {"dev": "clusters/dev", "prod": "clusters/prod"}
+    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
+    assert [r.operator for r in knowledge.runtime_rules(GroupKind("example.com", "Widget"))] == ["example-operator"]
+
+
+def test_defaults() -> None:
+    assert load_repo_config(None) == RepoConfig()
+    assert RepoConfig().is_this_repo(SourceRef("GitRepository", "flux-system", "flux-system"))
+    assert not RepoConfig().is_this_repo(SourceRef("OCIRepository", "flux-system", "flux-system"))
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("clusters: [dev]\n", "`clusters` must map"),
+        ("clusters: {dev: {}}\n", "cluster 'dev' needs `path: DIR`"),
+        ("clusters: {dev: {path: ../../etc}}\n", "climbs out of the repository"),
+        ("tier_order: {file: x.sh}\n", "`tier_order` needs `file` and `variable`"),
+        ("tier_order: {file: ../x.sh, variable: X}\n", "climbs out of the repository"),
+        ("source: {kind: GitRepository}\n", "each source needs `name`"),
+        ("runtime_crds: {a: b}\n", "`runtime_crds` must be a list"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+    ids=["clusters-list", "no-path", "path-escapes", "tier-order", "tier-order-escapes", "source", "runtime-crds", "not-mapping", "bad-yaml"],
+)
+def test_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as err:
+        load_repo_config(text)
+    assert message in str(err.value)
+
+
+def test_sources_override() -> None:
+    config = load_repo_config("sources:\n  - {name: home-ops}\n  - {kind: OCIRepository, name: apps, namespace: apps}\n")
+    assert config.sources == (SourceRef("GitRepository", "home-ops", "flux-system"), SourceRef("OCIRepository", "apps", "apps"))
+
+
+def test_discovery_skips_included_dirs(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
+        "clusters/base/kustomization.yaml": kustomization(),
+        "clusters/dev/kustomization.yaml": kustomization("../base"),
+        "clusters/prod/kustomization.yaml": kustomization("../base"),
+    })
+    assert known_clusters(RepoConfig(), tmp_path) == {"dev": "clusters/dev", "prod": "clusters/prod"}
+    assert cluster_entry(RepoConfig(), "dev", tmp_path) == "clusters/dev"
+    with pytest.raises(ConfigError, match=r"unknown cluster 'qa' \(known: dev, prod\)"):
+        cluster_entry(RepoConfig(), "qa", tmp_path)
+
+
+def test_configured_entry_paths(tmp_path: Path) -> None:
+    config = load_repo_config("clusters: {main: {path: ./kubernetes/flux/cluster}}\n")
+    assert cluster_entry(config, "main", tmp_path) == "kubernetes/flux/cluster"
+    assert known_clusters(config, tmp_path) == {"main": "kubernetes/flux/cluster"}
