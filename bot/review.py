@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,14 +49,36 @@ class ClusterReview:
         return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.WARNING)
 
 
-def _finding_key(finding: Finding) -> tuple:
-    """Identity of a finding across sides: messages may change (counts), the subject does not."""
+def _subject(finding: Finding) -> tuple:
+    """What a finding is about; messages may change between sides (counts), the subject does not."""
     return (
         finding.check,
+        finding.severity,
         finding.kustomization,
         finding.object.identity if finding.object else None,
         finding.location.file if finding.location else None,
     )
+
+
+def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[ReviewedFinding, ...]:
+    """Pair head findings with base ones, each base finding used once; unpaired head findings are new.
+
+    Exact matches (same subject and message) pair first, then same subject: a second undefined
+    variable in the same object, or a severity raised from info to error, stays new.
+    """
+    exact = Counter((_subject(f), f.message) for f in base)
+    loose = Counter(_subject(f) for f in base)
+    paired = [False] * len(head)
+    for i, f in enumerate(head):
+        if exact[(_subject(f), f.message)] > 0:
+            exact[(_subject(f), f.message)] -= 1
+            loose[_subject(f)] -= 1
+            paired[i] = True
+    for i, f in enumerate(head):
+        if not paired[i] and loose[_subject(f)] > 0:
+            loose[_subject(f)] -= 1
+            paired[i] = True
+    return tuple(ReviewedFinding(f, not p) for f, p in zip(head, paired))
 
 
 def review_repository(repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None) -> ClusterReview:
@@ -87,8 +110,7 @@ def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | 
     transient = prune_transient_findings(diff, base.render if base else None, head.render)
     findings = [*head.report.findings, *transient]
     report = build_report(head.render, head.graph, findings)
-    before = {_finding_key(f) for f in base.report.findings} if base else set()
-    reviewed = tuple(ReviewedFinding(f, _finding_key(f) not in before) for f in report.findings)
+    reviewed = mark_new(report.findings, base.report.findings if base else ())
     touched = {tid for tid, tier in head.render.tiers.items() if tier.inputs & changed}
     if base:
         touched |= {tid for tid, tier in base.render.tiers.items() if tier.inputs & changed}

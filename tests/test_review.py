@@ -89,3 +89,27 @@ def test_head_without_base(seed_pr: tuple[Path, str, str], capsys: pytest.Captur
     root, _, head = seed_pr
     assert main(["check", "--repo", str(root), "--cluster", "prod", "--head", head]) == 2
     assert "--head needs --base" in capsys.readouterr().err
+
+
+def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str | None = "a") -> "Finding":
+    from bot.model import Finding
+
+    return Finding(check, severity, message, kustomization=TierId("flux-system", tier) if tier else None)
+
+
+@pytest.mark.parametrize(
+    "base,head,new",
+    [
+        ([], [_f("x", "m")], [True]),
+        ([_f("x", "m")], [_f("x", "m")], [False]),
+        ([_f("x", "2 objects")], [_f("x", "3 objects")], [False]),
+        ([_f("u", "${A}")], [_f("u", "${A}"), _f("u", "${B}")], [False, True]),
+        ([_f("u", "${A}", Severity.INFO)], [_f("u", "${A}", Severity.ERROR)], [True]),
+        ([_f("graph-drift", "d1", Severity.WARNING, None)], [_f("graph-drift", "d1", Severity.WARNING, None), _f("graph-drift", "d2", Severity.WARNING, None)], [False, True]),
+    ],
+    ids=["added", "same", "message-changed", "second-in-same-object", "severity-raised", "second-drift"],
+)
+def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list[bool]) -> None:
+    from bot.review import mark_new
+
+    assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
