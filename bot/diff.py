@@ -393,20 +393,25 @@ def _prune_finding(
 
     names = [str(change.ref) for change, _, _ in at_risk]
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    escalated = [(str(new.ref), why) for _, _, new in at_risk if (why := escalation(new))]
+    escalated: dict[str, list[str]] = {}
+    for _, _, manifest in at_risk:
+        why = escalation(manifest)
+        if why:
+            escalated.setdefault(why, []).append(str(manifest.ref))
     count = f"{len(names)} object{'s' if len(names) != 1 else ''}"
     parts = []
     if escalated:
-        parts.append("HIGH IMPACT: " + "; ".join(f"{ref}: {why}" for ref, why in escalated[:4]) + ".")
+        # One sentence per reason, not per object: ten StorageProfiles share one explanation.
+        parts.append("HIGH IMPACT: " + "; ".join(f"{', '.join(refs[:4])}{' …' if len(refs) > 4 else ''}: {why}" for why, refs in escalated.items()) + ".")
     parts.append(f"{count} move{'s' if len(names) == 1 else ''} from {a} (prune: true) to {b}: {shown}.")
     them = "them" if len(names) != 1 else "it"
     # flux-semantics §3: both Kustomizations pick up the revision on their own; the prune only skips objects
     # whose live owner labels already name another Kustomization.
     parts.append(
-        f"{a} and {b} reconcile the new revision independently; {a} prunes {them} as soon as it does, unless "
-        f"{b} has already applied {them} (and taken over the owner labels): otherwise {them} {'are' if them == 'them' else 'is'} deleted and "
-        "recreated, with a new UID and lost state, and a controller may recreate the object with its own "
-        "defaults in between (e.g. CDI re-creating a pruned StorageProfile with an empty spec)."
+        f"{a} and {b} reconcile the new revision independently: unless {b} applies {them} first (taking over the "
+        f"owner labels), {a} prunes {them} and {b} recreates {them} later, with a new UID and lost state"
+        + ("" if escalated else "; a controller may recreate a pruned object with its own defaults in between")
+        + "."
     )
     parts.append(_order_sentence(a, b, source, source_head, destination, same_source, a_after_b, b_after_a))
     if source_head is not None and not source_head.spec.prune:

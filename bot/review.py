@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot import gitrepo
@@ -81,6 +81,16 @@ def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[Revi
     return tuple(ReviewedFinding(f, not p) for f, p in zip(head, paired))
 
 
+def _with_line(finding: Finding, side: Analysis) -> Finding:
+    """Give a finding about an object the `file:line` of that object on this side."""
+    if finding.object is None:
+        return finding
+    for _, manifest in side.render.manifests():
+        if manifest.ref.identity == finding.object.identity:
+            return replace(finding, location=side.renderer.locate(manifest) or finding.location)
+    return finding
+
+
 def review_repository(repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None) -> ClusterReview:
     """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`."""
     if not repo.is_dir():
@@ -107,7 +117,7 @@ def review_repository(repo: Path, cluster: str, base: str, head: str | None = No
 
 def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | None, head: Analysis, changed: frozenset[str]) -> ClusterReview:
     diff = diff_clusters(base.render if base else None, head.render)
-    transient = prune_transient_findings(diff, base.render if base else None, head.render)
+    transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
     findings = [*head.report.findings, *transient]
     report = build_report(head.render, head.graph, findings)
     reviewed = mark_new(report.findings, base.report.findings if base else ())
