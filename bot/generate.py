@@ -19,13 +19,14 @@ import yaml
 from bot.errors import InputError
 from bot.model import TierSpec
 from bot.snapshot import KUSTOMIZATION_FILES, Snapshot
-from bot.yamlio import load_one
+from bot.yamlio import check_aliases, load_one
 
 # Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)|\?ref=|\.git(?:/|$)|//", re.I)
 _PATH_FIELDS = ("resources", "bases", "components", "crds", "configurations", "generators", "transformers", "validators")
 # Fields that make kustomize fetch or execute; refused outright (we never pass --enable-helm).
 _REFUSED_FIELDS = ("helmCharts", "helmChartInflationGenerator", "helmGlobals")
+_PLUGIN_FIELDS = ("generators", "transformers", "validators")
 _FUNCTION_ANNOTATIONS = ("config.kubernetes.io/function", "config.k8s.io/function")
 
 
@@ -57,6 +58,7 @@ class KustomizationIndex:
         self._cache: dict[str, KustomizationInfo] = {}
         self._generated: set[str] = set()
         self._lock = threading.Lock()
+        self._alias_checked: dict[str, PathProblem | None] = {}
 
     def ensure_kustomization(self, directory: str) -> None:
         """Write Flux's generated kustomization.yaml into the snapshot when the path has none."""
@@ -106,7 +108,23 @@ class KustomizationIndex:
             files.update(info.files)
             problems.extend(info.problems)
             stack.extend(info.directories)
+        # kustomize expands YAML aliases itself (a billion-laughs file exhausts its memory): check first.
+        problems.extend(p for p in map(self._alias_problem, sorted(files)) if p is not None)
         return seen_dirs, files, problems
+
+    def _alias_problem(self, rel: str) -> PathProblem | None:
+        with self._lock:
+            if rel in self._alias_checked:
+                return self._alias_checked[rel]
+        problem = None
+        if rel.endswith((".yaml", ".yml")) or posixpath.basename(rel) in KUSTOMIZATION_FILES:
+            try:
+                check_aliases(self.snapshot.read_text(rel) or "", "the file")
+            except InputError as exc:
+                problem = PathProblem(rel, "", str(exc))
+        with self._lock:
+            self._alias_checked[rel] = problem
+        return problem
 
     def _read(self, directory: str) -> KustomizationInfo:
         base = self.snapshot.path(directory)
@@ -126,18 +144,21 @@ class KustomizationIndex:
             return info
         for key in _REFUSED_FIELDS:
             if doc.get(key):
-                info.problems.append(PathProblem(rel_file, key, f"`{key}` needs kustomize's --enable-helm, which Fluxwarden never passes"))
-        for ref in _references(doc):
-            self._classify(info, ref)
+                info.problems.append(PathProblem(rel_file, key, "needs kustomize's --enable-helm, which Fluxwarden never passes"))
+        for field, ref in _references(doc):
+            self._classify(info, ref, plugin_config=field in _PLUGIN_FIELDS)
         for key in ("generators", "transformers", "validators"):
             for entry in doc.get(key) or []:
                 if isinstance(entry, str) and "\n" in entry:
                     _check_inline_plugin(info, key, entry)
         return info
 
-    def _classify(self, info: KustomizationInfo, ref: str) -> None:
+    def _classify(self, info: KustomizationInfo, ref: str, *, plugin_config: bool = False) -> None:
         rel_file = info.file or info.directory
-        if _REMOTE.search(ref):
+        local = posixpath.normpath(posixpath.join(info.directory, ref)) if not ref.startswith("/") else None
+        # kustomize tries a reference as a local path before a remote one, so `apps//b` that exists is local.
+        exists_locally = local is not None and not local.startswith("..") and self.snapshot.path("" if local == "." else local).exists()
+        if _REMOTE.search(ref) and not exists_locally:
             info.problems.append(PathProblem(rel_file, ref, "is a remote reference; Fluxwarden does not fetch remote bases"))
             return
         if ref.startswith("/"):
@@ -151,38 +172,43 @@ class KustomizationIndex:
         target = self.snapshot.path(joined)
         if target.is_dir():
             info.directories.append(joined)
+            if plugin_config:
+                # A transformers/generators entry that is a directory feeds every object it builds in as a plugin config.
+                for rel in sorted(self.reach(joined)[1]):
+                    if self.snapshot.path(rel).is_file():
+                        _check_plugin_file(self.snapshot, info, rel)
         else:
             info.files.append(joined)
-            if target.is_file() and joined.endswith((".yaml", ".yml")):
+            if plugin_config and target.is_file():
                 _check_plugin_file(self.snapshot, info, joined)
 
 
-def _references(doc: dict[str, Any]) -> Iterator[str]:
-    """Every path-like string a kustomization file names."""
+def _references(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Every path-like string a kustomization file names, with the field that names it."""
     for key in _PATH_FIELDS:
         for entry in doc.get(key) or []:
             if isinstance(entry, str) and "\n" not in entry:
-                yield entry
+                yield key, entry
     for entry in doc.get("patchesStrategicMerge") or []:
         if isinstance(entry, str) and "\n" not in entry and ":" not in entry:
-            yield entry
+            yield "patchesStrategicMerge", entry
     for key in ("patches", "patchesJson6902", "replacements"):
         for entry in doc.get(key) or []:
             if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                yield entry["path"]
+                yield key, entry["path"]
     for key in ("configMapGenerator", "secretGenerator"):
         for gen in doc.get(key) or []:
             if not isinstance(gen, dict):
                 continue
             for item in gen.get("files") or []:
                 if isinstance(item, str):
-                    yield item.split("=", 1)[-1]
+                    yield key, item.split("=", 1)[-1]
             for item in [*(gen.get("envs") or []), gen.get("env")]:
                 if isinstance(item, str):
-                    yield item
+                    yield key, item
     openapi = doc.get("openapi")
     if isinstance(openapi, dict) and isinstance(openapi.get("path"), str):
-        yield openapi["path"]
+        yield "openapi", openapi["path"]
 
 
 def _check_inline_plugin(info: KustomizationInfo, key: str, text: str) -> None:
@@ -280,7 +306,8 @@ def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path) -> Path:
     if tier.name_suffix:
         overlay["nameSuffix"] = tier.name_suffix
     if tier.patches:
-        overlay["patches"] = [dict(p) for p in tier.patches]
+        # Only the fields Flux's Patch API has: a `path` here would make kustomize read a file we never vetted.
+        overlay["patches"] = [{k: p[k] for k in ("patch", "target") if k in p} for p in tier.patches]
     if tier.images:
         overlay["images"] = [dict(i) for i in tier.images]
     if tier.components:

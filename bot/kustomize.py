@@ -6,6 +6,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -96,6 +97,13 @@ def _limit_memory(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def run_build(
     binary: KustomizeBinary,
     directory: Path,
@@ -115,6 +123,7 @@ def run_build(
         stderr=subprocess.PIPE,
         env=_clean_env(sandbox_home),
         preexec_fn=lambda: _limit_memory(memory_bytes),
+        start_new_session=True,  # its own process group: a timeout also kills what a wrapper script started
     )
     chunks: list[bytes] = []
     err_chunks: list[bytes] = []
@@ -127,7 +136,7 @@ def run_build(
             total += len(chunk)
             if total > max_output:
                 too_big.set()
-                proc.kill()
+                _kill_group(proc)
                 return
             chunks.append(chunk)
 
@@ -142,7 +151,7 @@ def run_build(
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _kill_group(proc)
         proc.wait()
         raise RenderError(f"kustomize build timed out after {timeout:g}s") from None
     finally:

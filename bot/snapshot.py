@@ -220,6 +220,10 @@ def _copy_symlink(
     if rules.ignored(rel, target.is_dir()):
         return
     link = root / rel
+    if target.is_file():
+        # A file copy, not a link: kustomize's root-only load restrictor rejects a symlink into a sibling dir.
+        _link_or_copy(target, link)
+        return
     # Re-point relative to the snapshot so kustomize can only ever land inside our copy.
     os.symlink(os.path.relpath(root / target_rel, link.parent), link)
 

@@ -20,12 +20,16 @@ Semantics of envsubst itself (fluxcd/pkg `envsubst/parse/scan.go`, `parse/parse.
 
 * Only `${` opens a reference; bare `$var` is text. Outside references `$$` collapses to `$`, so
   `$${var}` gives a literal `${var}` and `$$var` gives `$var`. A backslash is plain text there.
+  This collapsing happens even in a resource without any `${`, so call `substitute()` on every
+  resource that goes through substitution, not only on those containing `${`.
 * A NUL character ends the input: the Go scanner uses rune 0 as its EOF marker, so the rest is dropped.
 * Names are scanned as Unicode letters, digits and `_` (`${héllo}` and `${1x}` are references), but
   only ASCII names can ever be defined (`VAR_NAME`), so the others always read as undefined.
 * `${v=d}` `${v:=d}` `${v:-d}` and also `${v:?d}` `${v:+d}` all mean "d when v is empty or unset".
   Nothing is assigned (`:=` does not persist). `:?` does not raise and `:+` is not bash's
   alternate value. `${v-d}`, `${v+d}` and `${v?d}` fail to parse ("missing closing brace").
+* Inside a default `$$` is not an escape (`${v:-$$}` gives `$$`); only replace arguments have escapes.
+* `${v:-3}` is the default operator, so a negative offset can only come from a nested reference.
 * All argument references are evaluated eagerly, so a `${...}` inside an unused default is still
   looked up (and fails in strict mode).
 * `${#v}`, `${v:n}` and `${v:n:len}` count UTF-8 **bytes**, as Go's `len(s)` and `s[i:j]` do.
@@ -35,7 +39,8 @@ Semantics of envsubst itself (fluxcd/pkg `envsubst/parse/scan.go`, `parse/parse.
   while `${v/p/}` and `${v//p/}` delete. Inside replace arguments `\\/`, `\\\\` and `$$` are escapes.
 * In strict mode an undefined name fails unless its operator supplies a default (newest envsubst,
   fix for fluxcd/flux2#5836; older releases only failed the bare `${v}` form).
-* Parse errors (unclosed `${`, `${}`, `${a b}`, `${v-d}`...) fail the build in both modes.
+* Parse errors (unclosed `${`, `${}`, `${a b}`, `${v-d}`...) fail the build in both modes, so
+  both `substitute()` and `find_references()` raise SubstitutionError for them.
 * A byte-based cut through a multi-byte character gives invalid UTF-8, which the controller's
   YAMLToJSON rejects, so we raise for it too.
 """

