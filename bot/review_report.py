@@ -30,8 +30,9 @@ from bot.model import Finding, Severity, TierId
 from bot.report import SEVERITY_ICON, _cell, format_location
 from bot.review import ClusterReview, ReviewedFinding
 
-MARKER = "<!-- fluxwarden:review -->"
-PART_MARKER = "<!-- fluxwarden:review part={n} -->"
+DEFAULT_MARKER = "fluxwarden:review"
+MARKER = f"<!-- {DEFAULT_MARKER} -->"
+MAX_MARKER = 120  # characters a caller's marker may have (the bot appends the cluster name)
 NEW_MARK = "🆕"
 GROUP_THRESHOLD = 30  # more tiers than this: namespace subgraphs, untouched tiers collapsed
 MIN_LIMIT = 1000
@@ -569,10 +570,11 @@ def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_l
 # -- Markdown: parts -------------------------------------------------------------------------------
 
 
-def _part_prefix(n: int, m: int) -> str:
+def _part_prefix(n: int, m: int, marker: str = DEFAULT_MARKER) -> str:
+    # The hidden marker is how the bot finds its own comment to edit in place (as bedevere does).
     if n == 1:
-        return MARKER + "\n"
-    return f"{PART_MARKER.format(n=n)}\n### Fluxwarden review · part {n} of {m}\n\n"
+        return f"<!-- {marker} -->\n"
+    return f"<!-- {marker} part={n} -->\n### Fluxwarden review · part {n} of {m}\n\n"
 
 
 def _part_footer(n: int, m: int) -> str:
@@ -596,6 +598,7 @@ def _omission_note(changes: int, tiers: int, clusters: int, max_parts: int) -> s
 _BIG = 999_999_999
 _RESERVE = (
     max(len(_part_prefix(1, _BIG)) + len(_part_footer(1, _BIG)), len(_part_prefix(_BIG, _BIG)) + len(_part_footer(_BIG, _BIG)))
+    + MAX_MARKER
     + len(_omission_note(_BIG, _BIG, _BIG, _BIG))
     + 8  # newlines around the footer
 )
@@ -607,8 +610,11 @@ def format_review_markdown(
     link_base: str | None = None,
     limit: int = 65536,
     max_parts: int = 10,
+    marker: str = DEFAULT_MARKER,
 ) -> list[str]:
-    """The PR comment: parts of at most `limit` characters each, part 1 starting with `MARKER`."""
+    """The PR comment: parts of at most `limit` characters each, part 1 starting with `<!-- marker -->`."""
+    if len(marker) > MAX_MARKER or "--" in marker:
+        raise ValueError("marker must be a short HTML-comment-safe string")
     if isinstance(reviews, ClusterReview):
         reviews = [reviews]
     if limit < MIN_LIMIT:
@@ -687,7 +693,7 @@ def format_review_markdown(
         add(_omission_note(omitted["changes"], omitted["tiers"], omitted["clusters"], max_parts))
 
     total = len(parts)
-    out = [_part_prefix(n, total) + "".join(body).rstrip("\n") + "\n" + ("\n" + _part_footer(n, total) if total > 1 else "") for n, body in enumerate(parts, 1)]
+    out = [_part_prefix(n, total, marker) + "".join(body).rstrip("\n") + "\n" + ("\n" + _part_footer(n, total) if total > 1 else "") for n, body in enumerate(parts, 1)]
     for n, text in enumerate(out, 1):
         if len(text) > limit:  # a bug, never a reason to post an over-long comment
             raise AssertionError(f"review part {n} is {len(text)} characters, over the limit of {limit}")
