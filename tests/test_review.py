@@ -113,3 +113,19 @@ def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list
     from bot.review import mark_new
 
     assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
+
+
+def test_merge_base_is_what_a_pr_is_reviewed_against(tmp_path: Path) -> None:
+    from bot.gitrepo import merge_base
+    from tests.fluxrepo import write_tree
+
+    root = tmp_path / "r"
+    repo = init_repo(root)
+    fork_point = repo.head.commit.hexsha
+    repo.git.checkout("-b", "feature")
+    write_tree(root, {"f.txt": "feature\n"})
+    feature = commit_all(repo, "feature")
+    repo.git.checkout("main")
+    write_tree(root, {"m.txt": "main moved on\n"})
+    main_tip = commit_all(repo, "main")
+    assert merge_base(root, main_tip, feature) == fork_point

@@ -1,0 +1,384 @@
+"""Cached bare mirrors on real git repositories: a local bare "origin" stands in for GitHub."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+import pytest
+
+from bot import gitrepo
+from bot.errors import InfraError, UserError
+from bot.gitrepo import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
+
+TOKEN = "ghs_NotARealTokenButLongEnough0123456789"
+TOKEN_B64 = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+REAL_GIT = shutil.which("git")
+
+
+@dataclass
+class Origin:
+    path: Path
+    work: git.Repo
+    base: str  # refs/heads/main
+    head: str  # refs/pull/7/head
+    side: str  # refs/heads/side only: fetchable by SHA, not by the refs a run names
+
+    @property
+    def url(self) -> str:
+        return self.path.as_uri()
+
+
+def _commit(repo: git.Repo, message: str) -> str:
+    repo.git.add(A=True)
+    repo.index.commit(message)
+    return repo.head.commit.hexsha
+
+
+@pytest.fixture()
+def origin(tmp_path: Path) -> Origin:
+    """main = base; refs/pull/7/head = a change with a symlink and an executable; refs/heads/side elsewhere."""
+    work_dir = tmp_path / "work"
+    (work_dir / "apps").mkdir(parents=True)
+    work = git.Repo.init(work_dir, initial_branch="main")
+    with work.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test")
+        cfg.set_value("user", "email", "test@example.invalid")
+        cfg.set_value("commit", "gpgsign", "false")
+    (work_dir / "apps/kustomization.yaml").write_text("resources: [app.yaml]\n")
+    (work_dir / "apps/app.yaml").write_text("kind: ConfigMap\n")
+    (work_dir / "README.md").write_text("hello\n")
+    base = _commit(work, "base")
+    bare_path = tmp_path / "origin.git"
+    bare = git.Repo.init(bare_path, bare=True)
+    work.git.push(str(bare_path), "main")
+
+    work.git.checkout("-b", "pr")
+    (work_dir / "apps/app.yaml").write_text("kind: Secret\n")
+    (work_dir / "README.md").unlink()
+    os.symlink("apps/app.yaml", work_dir / "link.yaml")
+    (work_dir / "hook.sh").write_text("#!/bin/sh\n")
+    (work_dir / "hook.sh").chmod(0o755)
+    head = _commit(work, "head")
+    work.git.push(str(bare_path), "pr")
+    bare.git.update_ref("refs/pull/7/head", head)  # what GitHub does for a PR: a ref outside refs/heads
+    bare.git.update_ref("-d", "refs/heads/pr")  # the PR branch lives in a fork; only refs/pull/7/head reaches it
+
+    work.git.checkout("-b", "side", base)
+    (work_dir / "side.txt").write_text("side\n")
+    side = _commit(work, "side")
+    work.git.push(str(bare_path), "side")
+    work.git.checkout("main")
+    return Origin(bare_path, work, base, head, side)
+
+
+@pytest.fixture()
+def mirrors(tmp_path: Path) -> Mirrors:
+    return Mirrors(tmp_path / "mirrors", timeout=60)
+
+
+@pytest.fixture()
+def fake_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Put a `git` first on PATH that runs `fetch_body` for `git fetch` and the real git for everything else."""
+    assert REAL_GIT
+
+    def install(fetch_body: str, version_line: str | None = None) -> Path:
+        bindir = tmp_path / "fakebin"
+        bindir.mkdir(exist_ok=True)
+        script = bindir / "git"
+        version = f'if [ "$1" = "--version" ]; then echo "{version_line}"; exit 0; fi\n' if version_line else ""
+        script.write_text(f'#!/bin/sh\n{version}case " $* " in\n  *" fetch "*)\n{fetch_body}\n  ;;\nesac\nexec "{REAL_GIT}" "$@"\n')
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        return bindir
+
+    return install
+
+
+def _dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# --- fetching ---------------------------------------------------------------------------------------------------
+
+
+def test_revisions_fetches_base_and_head_into_a_fresh_bare_mirror(mirrors: Mirrors, origin: Origin) -> None:
+    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
+    assert fetched == FetchedRevisions(mirrors.path_for(origin.url), origin.base, origin.head)
+    assert fetched.mirror.is_relative_to(mirrors.root) and fetched.mirror.name.endswith(".git")
+    assert git.Repo(fetched.mirror).bare
+    assert (mirrors.init_count, mirrors.fetch_count) == (1, 1)  # both refs in one fetch
+    refs = git.Repo(fetched.mirror).git.for_each_ref(format="%(refname)").split()
+    assert sorted(refs) == ["refs/heads/main", "refs/pull/7/head"]  # what the run needs, no tags, no other branches
+
+
+def test_refetch_reuses_the_cached_mirror_and_sees_a_moved_ref(mirrors: Mirrors, origin: Origin) -> None:
+    first = mirrors.fetch(origin.url, ["refs/heads/main"])
+    (Path(origin.work.working_dir) / "new.txt").write_text("new\n")
+    moved = _commit(origin.work, "moved main")
+    origin.work.git.push(str(origin.path), "main")
+    again = Mirrors(mirrors.root)  # a later run: a new instance on the same root
+    second = again.revisions(origin.url, "refs/heads/main", "refs/heads/main")
+    assert second.mirror == first
+    assert second.base_sha == moved
+    assert (mirrors.init_count, mirrors.fetch_count) == (1, 1)
+    assert (again.init_count, again.fetch_count) == (0, 1)
+
+
+def test_local_path_and_file_url_share_a_mirror(mirrors: Mirrors, origin: Origin) -> None:
+    assert mirrors.path_for(str(origin.path)) == mirrors.path_for(origin.url)
+    assert mirrors.fetch(str(origin.path), ["refs/heads/main"]) == mirrors.path_for(origin.url)
+
+
+def test_fetch_by_sha_and_skip_when_already_present(mirrors: Mirrors, origin: Origin) -> None:
+    mirror = mirrors.fetch(origin.url, [origin.side.upper()])  # only reachable from refs/heads/side on the origin
+    assert gitrepo.resolve(mirror, origin.side) == origin.side
+    assert mirrors.fetch_count == 1
+    fetched = mirrors.revisions(origin.url, origin.side, origin.side)
+    assert (fetched.base_sha, fetched.head_sha) == (origin.side, origin.side)
+    assert mirrors.fetch_count == 1  # a commit never changes: no second round trip
+    mirrors.revisions(origin.url, origin.side, "refs/pull/7/head")
+    assert mirrors.fetch_count == 2  # refs move: always asked for
+
+
+def test_checkout_exports_and_removes_its_directory(mirrors: Mirrors, origin: Origin) -> None:
+    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
+    with mirrors.checkout(fetched.mirror, fetched.head_sha) as tree:
+        assert (tree / "apps/app.yaml").read_text() == "kind: Secret\n"
+        assert not (tree / "README.md").exists()
+        assert (tree / "link.yaml").is_symlink()
+    assert not tree.exists() and not tree.parent.exists()
+    with pytest.raises(RuntimeError), mirrors.checkout(fetched.mirror, fetched.base_sha) as tree:
+        assert (tree / "README.md").is_file()
+        raise RuntimeError("the run failed")
+    assert not tree.exists()
+
+
+def test_changed_files_on_the_mirror(mirrors: Mirrors, origin: Origin) -> None:
+    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
+    expected = frozenset({"apps/app.yaml", "README.md", "link.yaml", "hook.sh"})
+    assert mirrors.changed_files(fetched.mirror, fetched.base_sha, fetched.head_sha) == expected
+    assert changed_files(fetched.mirror, "refs/heads/main", "refs/pull/7/head") == expected
+    with pytest.raises(UserError, match="bare"):
+        changed_files(fetched.mirror, fetched.base_sha, None)
+
+
+def test_export_tree_from_a_mirror_keeps_symlinks_and_modes(mirrors: Mirrors, origin: Origin, tmp_path: Path) -> None:
+    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
+    dest = tmp_path / "export"
+    assert export_tree(fetched.mirror, fetched.head_sha, dest) == origin.head
+    link = dest / "link.yaml"
+    assert link.is_symlink() and os.readlink(link) == "apps/app.yaml"
+    assert link.read_text() == "kind: Secret\n"  # resolves inside the export
+    assert os.access(dest / "hook.sh", os.X_OK) and not os.access(dest / "apps/app.yaml", os.X_OK)
+
+
+def test_unknown_ref_is_a_git_error(mirrors: Mirrors, origin: Origin) -> None:
+    with pytest.raises(GitError, match="refs/heads/nope"):
+        mirrors.revisions(origin.url, "refs/heads/main", "refs/heads/nope")
+
+
+def test_failing_fetch_is_a_clear_git_error_and_leaves_no_mirror(mirrors: Mirrors, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-origin.git"
+    with pytest.raises(GitError) as caught:
+        mirrors.fetch(missing.as_uri(), ["refs/heads/main"])
+    message = str(caught.value)
+    assert isinstance(caught.value, InfraError)
+    assert message.startswith(f"git fetch from {missing} failed (exit 128)")
+    assert "does not appear to be a git repository" in message
+    assert not mirrors.path_for(missing.as_uri()).exists()
+
+
+# --- credentials ----------------------------------------------------------------------------------------------
+
+
+def test_invocation_carries_the_token_only_in_a_scrubbed_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "GIT_TRACE_CURL", "GIT_SSH_COMMAND", "GIT_DIR", "SECRET"):
+        monkeypatch.setenv(name, "leak")
+    argv, env = gitrepo._git_invocation(
+        "git", tmp_path / "m.git", ["fetch", "--", "origin", "+refs/heads/main:refs/heads/main"], home=tmp_path, token=TOKEN
+    )
+    assert argv == ["git", "--git-dir", str(tmp_path / "m.git"), "fetch", "--", "origin", "+refs/heads/main:refs/heads/main"]
+    assert not any(TOKEN in a or TOKEN_B64 in a for a in argv)  # what `ps` would show
+    assert env["GIT_CONFIG_KEY_0"] == "http.extraHeader"
+    assert env["GIT_CONFIG_VALUE_0"] == f"Authorization: Basic {TOKEN_B64}"
+    assert [v for v in env.values() if TOKEN_B64 in v] == [env["GIT_CONFIG_VALUE_0"]]
+    assert not any(TOKEN in v for v in env.values())  # only its base64 form, and only there
+    count = int(env["GIT_CONFIG_COUNT"])
+    config_keys = {f"GIT_CONFIG_{kind}_{i}" for kind in ("KEY", "VALUE") for i in range(count)}
+    base = {"PATH", "HOME", "LANG", "LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_ASKPASS", "GCM_INTERACTIVE", "GIT_CONFIG_COUNT"}
+    assert set(env) == base | config_keys
+    assert (env["HOME"], env["GIT_TERMINAL_PROMPT"], env["GIT_CONFIG_NOSYSTEM"], env["GIT_CONFIG_GLOBAL"]) == (str(tmp_path), "0", "1", os.devnull)
+    _, anonymous = gitrepo._git_invocation("git", None, ["--version"], home=tmp_path)
+    assert "http.extraHeader" not in anonymous.values()
+
+
+def test_mask_replaces_every_form_of_the_token() -> None:
+    secrets = gitrepo._secrets(TOKEN, "http://user:pr0xy-pass@proxy:3128")
+    text = f"a {TOKEN} b {TOKEN_B64} c Authorization: Basic {TOKEN_B64} d {base64.b64encode(TOKEN.encode()).decode()} e pr0xy-pass"
+    masked = gitrepo._mask(text, secrets)
+    assert TOKEN not in masked and TOKEN_B64 not in masked and "pr0xy-pass" not in masked
+    assert masked.count("***") == 5
+
+
+def test_failed_authenticated_fetch_leaks_the_token_nowhere(mirrors: Mirrors) -> None:
+    url = "https://127.0.0.1:1/owner/repo.git"  # nothing listens on port 1: a fast, offline failure
+    with pytest.raises(GitError) as caught:
+        mirrors.fetch(url, ["refs/heads/main"], token=TOKEN)
+    message = str(caught.value)
+    assert "https://127.0.0.1:1/owner/repo" in message
+    assert TOKEN not in message and TOKEN_B64 not in message
+    for path in mirrors.root.rglob("*"):
+        if path.is_file():
+            assert TOKEN not in path.read_text(errors="replace") and TOKEN_B64 not in path.read_text(errors="replace")
+
+
+def test_token_reaches_git_through_the_environment_and_is_masked_in_its_output(mirrors: Mirrors, origin: Origin, fake_git, tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    fake_git(
+        f'    echo "$*" > "{seen}.argv"; echo "$GIT_CONFIG_VALUE_0" > "{seen}.header"\n'
+        '    echo "fatal: header was $GIT_CONFIG_VALUE_0 for x-access-token:' + TOKEN + '" >&2; exit 128'
+    )
+    with pytest.raises(GitError) as caught:
+        mirrors.fetch(origin.url, ["refs/heads/main"], token=TOKEN)
+    message = str(caught.value)
+    assert "fatal: header was Authorization: Basic *** for x-access-token:***" in message
+    assert TOKEN not in message and TOKEN_B64 not in message
+    assert Path(f"{seen}.header").read_text().strip() == f"Authorization: Basic {TOKEN_B64}"
+    argv = Path(f"{seen}.argv").read_text()
+    assert "fetch --prune --no-tags" in argv and TOKEN not in argv and TOKEN_B64 not in argv
+
+
+def test_the_mirror_config_never_holds_the_token(mirrors: Mirrors, origin: Origin) -> None:
+    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head", token=TOKEN)
+    config = (fetched.mirror / "config").read_text()
+    assert TOKEN not in config and TOKEN_B64 not in config and "extraHeader" not in config
+    assert f"url = {origin.path}" in config
+
+
+# --- refusals ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ssh://git@github.com/owner/repo.git",
+        "git@github.com:owner/repo.git",
+        "git://github.com/owner/repo.git",
+        "http://github.com/owner/repo.git",
+        "ext::sh -c touch% /tmp/pwned",
+        "fd::17",
+        "-uhack",
+        "--upload-pack=touch /tmp/pwned",
+        "file://otherhost/srv/repo.git",
+        "https://github.com/owner/repo.git\n[core]",
+        "https://github.com/owner/../../etc",
+        "https://github.com/",
+        "relative/path",
+        "",
+    ],
+)
+def test_refused_clone_urls(mirrors: Mirrors, url: str) -> None:
+    with pytest.raises(GitError, match="refusing"):
+        mirrors.fetch(url, ["refs/heads/main"])
+    assert not mirrors.root.exists()  # refused before anything touched the disk
+
+
+def test_credentials_in_the_url_are_refused_without_echoing_them(mirrors: Mirrors) -> None:
+    with pytest.raises(GitError, match="credentials") as caught:
+        mirrors.fetch(f"https://x-access-token:{TOKEN}@github.com/owner/repo.git", ["refs/heads/main"])
+    assert TOKEN not in str(caught.value)
+
+
+@pytest.mark.parametrize("ref", ["main", "HEAD", "--upload-pack=x", "refs/heads/../x", "refs/heads/a:refs/heads/b", "+refs/heads/main", "refs/heads/a b", "refs/*", "abc123"])
+def test_refused_refs(mirrors: Mirrors, origin: Origin, ref: str) -> None:
+    with pytest.raises(GitError, match="refusing to fetch"):
+        mirrors.fetch(origin.url, [ref])
+
+
+def test_mirror_paths_are_sanitised(tmp_path: Path) -> None:
+    mirrors = Mirrors(tmp_path)
+    assert mirrors.path_for("https://GitHub.com/owner/repo.git") == tmp_path / "github.com/owner/repo.git"
+    assert mirrors.path_for("https://github.com/owner/repo") == tmp_path / "github.com/owner/repo.git"
+    odd = mirrors.path_for("https://ghe.example:8443/team/we%20ird/.hidden.git")
+    assert odd.is_relative_to(tmp_path / "ghe.example_8443/team")
+    assert odd.name.startswith("_.hidden-") and odd.name.endswith(".git") and "%" not in str(odd)
+
+
+# --- locking, timeouts, the git binary ---------------------------------------------------------------------------
+
+
+def test_concurrent_fetches_into_one_mirror_are_serialised(origin: Origin, fake_git, tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    fake_git(f'    echo "start $$" >> "{events}"; sleep 0.3; "{REAL_GIT}" "$@"; rc=$?; echo "end $$" >> "{events}"; exit $rc')
+    root = tmp_path / "mirrors"
+    results: list[object] = []
+
+    def run(ref: str) -> None:
+        try:
+            results.append(Mirrors(root, timeout=60).revisions(origin.url, "refs/heads/main", ref))
+        except Exception as exc:  # pragma: no cover - reported by the assertion below
+            results.append(exc)
+
+    threads = [threading.Thread(target=run, args=(ref,)) for ref in ("refs/pull/7/head", "refs/heads/side")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(isinstance(r, FetchedRevisions) for r in results) and len(results) == 2, results
+    lines = [line.split() for line in events.read_text().splitlines()]
+    assert [kind for kind, _ in lines] == ["start", "end", "start", "end"]  # never two fetches at once
+    assert lines[0][1] == lines[1][1] and lines[2][1] == lines[3][1]
+    assert {r.head_sha for r in results} == {origin.head, origin.side}  # type: ignore[union-attr]
+
+
+def test_a_mirror_locked_by_another_process_times_out(mirrors: Mirrors, origin: Origin) -> None:
+    mirror = mirrors.path_for(origin.url)
+    mirror.parent.mkdir(parents=True)
+    waiting = Mirrors(mirrors.root, timeout=0.3)
+    with open(mirror.with_name(mirror.name + ".lock"), "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process's fetch, as far as flock can tell
+        with pytest.raises(GitError, match="waiting for the lock"):
+            waiting.fetch(origin.url, ["refs/heads/main"])
+    assert waiting.fetch(origin.url, ["refs/heads/main"]) == mirror  # free again
+
+
+def test_fetch_timeout_kills_git_and_its_children(origin: Origin, fake_git, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    fake_git(f'    sleep 30 & echo $! > "{pidfile}"; wait; exit 0')
+    mirrors = Mirrors(tmp_path / "mirrors", timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(GitError, match=r"git fetch from .* timed out after 1s"):
+        mirrors.fetch(origin.url, ["refs/heads/main"])
+    assert time.monotonic() - started < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _dead(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _dead(child)  # the whole process group went, not just git
+
+
+def test_old_git_is_refused(mirrors: Mirrors, origin: Origin, fake_git) -> None:
+    fake_git("    exit 0", version_line="git version 2.30.9")
+    with pytest.raises(GitError, match=r"git 2\.31 or newer is needed \(found 2\.30"):
+        mirrors.fetch(origin.url, ["refs/heads/main"])
+
+
+def test_missing_git_is_a_git_error(mirrors: Mirrors, origin: Origin, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(GitError, match="not found on PATH"):
+        mirrors.fetch(origin.url, ["refs/heads/main"])
