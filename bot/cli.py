@@ -35,12 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
     check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
+    serve = sub.add_parser("serve", help="run the GitHub webhook service")
+    serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
+    serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="listen port (default: config or 8080)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            return _serve(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -86,6 +92,18 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     _emit(args, text)
     # A change is judged by what it adds: pre-existing errors do not fail it.
     return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from bot.service import serve  # aiohttp, PyGithub: only for the service
+    from bot.service_config import load_service_config
+
+    config = load_service_config(args.config)
+    config = replace(config, host=args.host or config.host, port=args.port or config.port)
+    serve(config)
+    return EXIT_CLEAN
 
 
 def _emit(args: argparse.Namespace, text: str) -> None:

@@ -144,3 +144,43 @@ def test_entry_without_kustomization_file_is_generated(tmp_path: Path, capsys: p
     assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {k["name"]: k["objects"] for k in report["kustomizations"]} == {"flux-system": 1, "apps": 1}
+
+
+def test_serve_refuses_to_start_without_a_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLUXWARDEN_WEBHOOK_SECRET", raising=False)
+    monkeypatch.delenv("FLUXWARDEN_WEBHOOK_SECRET_FILE", raising=False)
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err.startswith("fluxwarden: error: no webhook secret")
+
+
+def test_serve_needs_github_credentials(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLUXWARDEN_WEBHOOK_SECRET", "s")
+    for name in ("FLUXWARDEN_GITHUB_TOKEN", "FLUXWARDEN_GITHUB_TOKEN_FILE", "FLUXWARDEN_GITHUB_APP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["serve"]) == 2
+    assert "no GitHub credentials" in capsys.readouterr().err
+
+
+def test_example_service_config_loads(tmp_path: Path) -> None:
+    from bot.service_config import load_service_config
+
+    root = Path(__file__).resolve().parents[1]
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "webhook-secret").write_text("webhook-secret-value-123\n")
+    (secrets / "github-token").write_text("ghp_tokenvalue1234567890\n")
+    (secrets / "app-private-key.pem").write_text("-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n")
+    config_file = tmp_path / "fluxwarden.yaml"
+    config_file.write_text((root / "config/fluxwarden.example.yaml").read_text().replace("/var/run/secrets/fluxwarden", str(secrets)))
+    config = load_service_config(config_file, {"FLUXWARDEN_CACHE_DIR": str(tmp_path), "FLUXWARDEN_REPOS": "other/repo"})
+    assert config.webhook_secret == b"webhook-secret-value-123"
+    assert config.github.token == "ghp_tokenvalue1234567890" and config.github.app_id == 123456
+    assert [r.name for r in config.repos] == ["home-ops/cluster", "other/repo"]
+    prod = config.repo("HOME-OPS/cluster").cluster("prod")
+    assert (prod.automatic, prod.permission) == (True, "maintain")
+    assert config.limits.workers == 2 and config.port == 8080 and config.cache_dir == tmp_path
+    assert "webhook-secret-value-123" not in repr(config) and "ghp_tokenvalue" not in repr(config)
+    # Environment overrides win over the file.
+    env = {"FLUXWARDEN_WEBHOOK_SECRET": "from-env", "FLUXWARDEN_GITHUB_API_URL": "https://ghe.example/api/v3", "FLUXWARDEN_PORT": "9000"}
+    config = load_service_config(config_file, env)
+    assert (config.webhook_secret, config.github.api_url, config.port) == (b"from-env", "https://ghe.example/api/v3", 9000)

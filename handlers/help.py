@@ -1,0 +1,12 @@
+"""`/fluxwarden help`: the command list, generated from the registry, with who may use what."""
+
+from __future__ import annotations
+
+from bot.commands import help_text
+from bot.service_config import RepoPolicy
+
+
+def help_reply(policy: RepoPolicy) -> str:
+    """The help text for one repository's clusters and permissions."""
+    permissions = {c.name: c.permission for c in policy.clusters}
+    return help_text(permissions)

@@ -1,0 +1,193 @@
+"""Precheck a PR for each cluster: a "running" comment and pending status, then the review, reconciled in place.
+
+One comment per PR and cluster, found by a hidden marker and edited (bedevere's trick); a commit
+status `fluxwarden/<cluster>` on the head SHA; a check run when the bot is a GitHub App. Infrastructure
+trouble is `error`, never `success`; a result for an old SHA never overwrites a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bot.engine import CheckOptions
+from bot.errors import FluxwardenError, InfraError, UserError
+from bot.metrics import Metrics
+from bot.model import Severity
+from bot.review import ClusterReview, review_repository
+from bot.review_report import format_review_markdown, review_verdict
+from bot.runs import RunQueue, Submitted
+
+log = logging.getLogger(__name__)
+
+STATUS_CONTEXT = "fluxwarden/{cluster}"
+COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
+
+
+class PrecheckGitHub(Protocol):
+    """What prechecking needs from GitHub (the adapter in bot/github.py provides it)."""
+
+    is_app: bool
+
+    def installation_token(self) -> str | None: ...
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
+
+    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: list[dict] = ()) -> int: ...
+
+
+class PrecheckGit(Protocol):
+    """What prechecking needs from git (bot.gitrepo.Mirrors provides it)."""
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None): ...
+
+
+@dataclass(frozen=True)
+class PrecheckPlan:
+    """Precheck PR `number` at `head_sha` for `clusters` (the command or event already authorised)."""
+
+    repo: str
+    number: int
+    head_sha: str
+    base_ref: str
+    clone_url: str
+    clusters: tuple[str, ...]
+    trigger: str
+
+
+@dataclass(frozen=True)
+class Status:
+    """A commit status to set."""
+
+    state: str  # pending | success | failure | error
+    description: str
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """What GitHub should show for one PR and cluster."""
+
+    comment: tuple[str, ...]
+    status: Status
+    conclusion: str | None  # for the check run; None while running
+
+
+def _marker(cluster: str) -> str:
+    return COMMENT_MARKER.format(cluster=cluster)
+
+
+def running_state(plan: PrecheckPlan, cluster: str) -> DesiredState:
+    """Shown while the run is under way."""
+    body = (
+        f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of `{cluster}` is running\n\n"
+        f"Rendering `{plan.base_ref}` and `{plan.head_sha[:12]}` ({plan.trigger}). This comment is updated when it is done.\n"
+    )
+    return DesiredState((body,), Status("pending", f"precheck of {cluster} running"), None)
+
+
+def result_state(review: ClusterReview, link_base: str | None = None) -> DesiredState:
+    """The review itself: comment parts, and a status from the findings this PR adds."""
+    parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
+    verdict = review_verdict(review)
+    if review.new_errors:
+        status = Status("failure", f"{review.new_errors} new error(s) in {review.cluster}")
+    else:
+        status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
+    conclusion = "failure" if review.new_errors else ("neutral" if verdict == Severity.WARNING else "success")
+    return DesiredState(parts, status, conclusion)
+
+
+def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredState:
+    """A run that could not produce a review: `error` for our trouble, `failure` for the repo's."""
+    title = "could not run" if infrastructure else "cannot check this PR"
+    body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of `{cluster}` {title}\n\n{message}\n"
+    state = "error" if infrastructure else "failure"
+    return DesiredState((body,), Status(state, message[:140]), "failure")
+
+
+@dataclass
+class PrecheckRunner:
+    """Schedules runs on the queue and reconciles their results on GitHub."""
+
+    github: PrecheckGitHub
+    git: PrecheckGit
+    queue: RunQueue
+    metrics: Metrics
+    cache_dir: Path
+    options: CheckOptions = field(default_factory=CheckOptions)
+    run_timeout: float = 900.0
+    target_url: str | None = None
+
+    def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
+        """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster."""
+        outcome = {}
+        for cluster in plan.clusters:
+            key = (plan.repo, plan.number, cluster)
+            outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
+        self.metrics.queue_depth.set(self.queue.depth)
+        return outcome
+
+    async def run(self, plan: PrecheckPlan, cluster: str) -> None:
+        """One cluster's run: running state, review (in a worker thread), final state — unless superseded."""
+        key = (plan.repo, plan.number, cluster)
+        started = time.monotonic()
+        self.metrics.queue_depth.set(self.queue.depth)
+        await self._reconcile(plan, cluster, running_state(plan, cluster))
+        try:
+            review = await asyncio.wait_for(asyncio.to_thread(self._review, plan, cluster), timeout=self.run_timeout)
+            desired = result_state(review, link_base=f"https://github.com/{plan.repo}/blob/{plan.head_sha}")
+            verdict = desired.status.state
+        except asyncio.TimeoutError:
+            desired, verdict = error_state(cluster, f"the run took longer than {self.run_timeout:g}s", infrastructure=True), "error"
+        except UserError as exc:
+            desired, verdict = error_state(cluster, str(exc), infrastructure=False), "failure"
+        except FluxwardenError as exc:
+            desired, verdict = error_state(cluster, f"infrastructure error: {exc}", infrastructure=True), "error"
+        except Exception as exc:  # a bug must still end in a failed status, never a pending one
+            log.exception("precheck %s#%s %s crashed", plan.repo, plan.number, cluster)
+            desired, verdict = error_state(cluster, f"internal error ({type(exc).__name__})", infrastructure=True), "error"
+        if not self.queue.is_current(key, plan.head_sha):
+            return  # a newer push owns the comment now
+        await self._reconcile(plan, cluster, desired)
+        self.metrics.runs.labels(cluster, verdict).inc()
+        self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
+
+    def _review(self, plan: PrecheckPlan, cluster: str) -> ClusterReview:
+        """Fetch base and head into the mirror and review the change (blocking; runs in a thread)."""
+        token = self.github.installation_token()
+        fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head", token)
+        if fetched.head_sha != plan.head_sha:
+            raise InfraError(f"the PR head moved to {fetched.head_sha[:12]} while fetching; a newer run follows")
+        from bot.gitrepo import merge_base
+
+        # Review what the PR changes: from the merge base, as GitHub's "Files changed" does.
+        base = merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
+        return review_repository(fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir)
+
+    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState) -> None:
+        """Make GitHub show `desired` (comment edited in place, status, check run); GitHub errors are logged and counted."""
+        context = STATUS_CONTEXT.format(cluster=cluster)
+        steps = [
+            ("comment", lambda: self.github.upsert_comments(plan.repo, plan.number, _marker(cluster), list(desired.comment))),
+            ("status", lambda: self.github.set_status(plan.repo, plan.head_sha, context, desired.status.state, desired.status.description, self.target_url)),
+        ]
+        if self.github.is_app:
+            steps.append(("check_run", lambda: self.github.upsert_check_run(
+                plan.repo, plan.head_sha, context,
+                status="completed" if desired.conclusion else "in_progress",
+                conclusion=desired.conclusion,
+                title=desired.status.description,
+                summary=desired.comment[0][:65535],
+            )))
+        for operation, call in steps:
+            try:
+                await asyncio.to_thread(call)
+            except InfraError as exc:
+                self.metrics.github_errors.labels(operation).inc()
+                log.warning("GitHub %s for %s#%s %s failed: %s", operation, plan.repo, plan.number, cluster, exc)
