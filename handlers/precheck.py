@@ -76,6 +76,28 @@ class DesiredState:
     comment: tuple[str, ...]
     status: Status
     conclusion: str | None  # for the check run; None while running
+    annotations: tuple[dict, ...] = ()  # check-run annotations on the files that carry findings
+
+
+ANNOTATION_LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def annotations_for(review: ClusterReview) -> tuple[dict, ...]:
+    """One check-run annotation per finding that has a `file:line` (GitHub needs a line to place it)."""
+    out = []
+    for reviewed in review.findings:
+        f = reviewed.finding
+        if f.location is None or not f.location.line:
+            continue
+        out.append({
+            "path": f.location.file,
+            "start_line": f.location.line,
+            "end_line": f.location.line,
+            "annotation_level": ANNOTATION_LEVEL[f.severity],
+            "title": f"{f.check}{' (new)' if reviewed.new else ''}",
+            "message": f.message[:64000],
+        })
+    return tuple(out)
 
 
 def _marker(cluster: str) -> str:
@@ -100,7 +122,7 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     else:
         status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
     conclusion = "failure" if review.new_errors else ("neutral" if verdict == Severity.WARNING else "success")
-    return DesiredState(parts, status, conclusion)
+    return DesiredState(parts, status, conclusion, annotations_for(review))
 
 
 def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredState:
@@ -184,6 +206,7 @@ class PrecheckRunner:
                 conclusion=desired.conclusion,
                 title=desired.status.description,
                 summary=desired.comment[0][:65535],
+                annotations=list(desired.annotations),
             )))
         for operation, call in steps:
             try:

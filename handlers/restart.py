@@ -39,7 +39,8 @@ async def resume_pending(bot: BotContext) -> list[PrecheckPlan]:
                     number=pull.number,
                     head_sha=pull.head_sha,
                     base_ref=pull.base_ref,
-                    clone_url=policy.clone_url or f"https://github.com/{policy.name}.git",
+                    # Not a fork: the head repository is the base repository, so its clone URL is ours.
+                    clone_url=policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git"),
                     clusters=tuple(pending),
                     trigger="restart: status was left pending",
                 )

@@ -267,3 +267,50 @@ async def test_restart_reruns_pending_statuses(tmp_path: Path) -> None:
         states = [s.state for s in reversed(fake.statuses_for(REPO, origin.head)) if s.context == "fluxwarden/prod"]
         assert states[-1] == "success"
         assert not [s for s in fake.statuses_for(REPO, origin.head) if s.context == "fluxwarden/dev"]
+
+
+async def test_github_app_gets_check_runs_with_annotations(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    origin = Origin(tmp_path)
+    async with FakeGitHub() as fake:
+        repo = fake.add_repo(REPO, clone_url=str(origin.bare))
+        repo.next_number = 7
+        fake.add_pull(REPO, head_sha=origin.head, base_sha=origin.main, head_ref="feat/x")
+        fake.add_app(4242, "fluxwarden", public_key_pem=public)
+        fake.add_installation(42, 4242)
+        config = ServiceConfig(
+            webhook_secret=SECRET,
+            github=GitHubAuth(app_id=4242, private_key=private, installation_id=42, api_url=fake.base_url),
+            repos=(RepoPolicy(REPO, clusters=(ClusterPolicy("prod"),), clone_url=str(origin.bare)),),
+            cache_dir=tmp_path / "cache",
+        )
+        service = build_service(config, github=GitHubAdapter(config.github, min_write_interval=0))
+        async with TestClient(TestServer(service.app())) as client:
+            h = Harness(client, fake, service, origin)
+            await h.deliver("pull_request", payload("pull_request.opened", head=origin.head, base=origin.main))
+            await h.settle()
+        [run] = fake.check_runs_for(REPO, origin.head)
+        assert (run.name, run.status, run.conclusion) == ("fluxwarden/prod", "completed", "neutral")
+        paths = {(a["path"], a["annotation_level"], a["title"]) for a in run.annotations}
+        assert ("platform-config-cdi/cdi-storageprofiles.yaml", "warning", "prune-transient (new)") in paths
+        assert ("bootstrap/standup.sh", "warning", "tier-order-stale (new)") in paths
+        [comment] = [c for c in fake.issue_comments(REPO, 7) if c.body.startswith("<!-- fluxwarden:precheck:prod -->")]
+        assert comment.user == "fluxwarden[bot]"
+
+
+async def test_rate_limit_is_honoured(harness: Harness) -> None:
+    h = harness
+    h.fake.inject("POST", r"/statuses/", rate_limit="primary", reset_in=1.0)
+    started = time.monotonic()
+    await h.deliver("pull_request", payload("pull_request.opened", head=h.origin.head, base=h.origin.main))
+    await h.settle()
+    assert h.states(h.origin.head, "fluxwarden/prod")[-1] == "success"
+    assert h.states(h.origin.head, "fluxwarden/dev")[-1] == "success"
+    # The quota stays empty until the reset, so each of the two concurrent runs met one 403, then waited.
+    limited = [r for r in h.fake.find_requests("POST", r"/statuses/") if r.status == 403]
+    assert 1 <= len(limited) <= 2 and time.monotonic() - started >= 1.0
