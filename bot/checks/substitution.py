@@ -79,22 +79,14 @@ def undefined_variable(ctx: CheckContext) -> Iterator[Finding]:
             first = users[0]
             objects = name_list(str(m.ref) for m in users)
             if tier.variables_open:
-                yield Finding(
-                    "undefined-variable",
-                    Severity.INFO,
+                # A substitution source is not in git: the variable may well come from it.
+                severity, message = Severity.INFO, (
                     f"${{{name}}} (no default) is used by {objects} and is not defined by any substitution source in "
-                    f"git for {cluster}; it must come from a source that is not in git, or it becomes \"\"",
-                    kustomization=tier_id,
-                    object=first.ref,
-                    location=ctx.locate(first),
+                    f"git for {cluster}; it must come from a source that is not in git, or it becomes \"\""
                 )
-                continue
-            yield Finding(
-                "undefined-variable",
-                Severity.ERROR,
-                f"${{{name}}} (no default) is not defined for {cluster}: used by {objects}; Flux substitutes an "
-                f"empty string (and since Flux 2.9, where strict substitution is the default, fails the build)",
-                kustomization=tier_id,
-                object=first.ref,
-                location=ctx.locate(first),
-            )
+            else:
+                severity, message = Severity.ERROR, (
+                    f"${{{name}}} (no default) is not defined for {cluster}: used by {objects}; Flux substitutes an "
+                    f"empty string (and since Flux 2.9, where strict substitution is the default, fails the build)"
+                )
+            yield Finding("undefined-variable", severity, message, kustomization=tier_id, object=first.ref, location=ctx.locate(first))
