@@ -1,0 +1,411 @@
+"""Benchmark `fluxwarden check` on a synthetic repository and print the figures side by side.
+
+    python -m bench.run [--tiers 200] [--objects 20000] [--jobs 2] [--cluster dev] [--seed 1] [--repeat 1] [--keep DIR]
+
+Each figure is one `measure_*` function that takes the shared `Bench` state and returns table rows
+(and may leave numbers in `bench.results` for later rows). To add a measurement, write a function
+and put it in `MEASUREMENTS`. The warm `check --base` row prints `n/a (not built yet)` when the
+installed CLI has no `--base`, and measures it when it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from bench.synth import SynthRepo, generate, touch_one_tier
+from bot.kustomize import KustomizeBinary, locate_kustomize
+
+NOT_BUILT = "n/a (not built yet)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    figure: str  # (a) .. (e)
+    label: str
+    value: str
+    note: str = ""
+
+
+@dataclass
+class Bench:
+    """Everything the measurements share."""
+
+    repo: SynthRepo
+    work: Path  # scratch space (raw kustomize copies, sandbox HOME)
+    binary: KustomizeBinary
+    cluster: str
+    jobs: int
+    touch_index: int
+    repeat: int = 1  # timed runs per figure; the fastest counts (the machine may be shared)
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def raw_tree(self) -> Path:
+        """A plain copy of the repo for raw kustomize runs (Flux's generated kustomization.yaml written in)."""
+        target = self.work / "raw"
+        if not target.exists():
+            shutil.copytree(self.repo.root, target, ignore=shutil.ignore_patterns(".git"))
+            for tier in self.repo.generated_tiers:
+                directory = target / "tiers" / tier
+                resources = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*.y*ml"))
+                (directory / "kustomization.yaml").write_text(
+                    "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
+                    + "".join(f"  - {r}\n" for r in resources),
+                    encoding="utf-8",
+                )
+        return target
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _kustomize_env(home: Path) -> dict[str, str]:
+    """The same Go settings the engine gives kustomize (bot/kustomize.py), so times compare."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "PATH": str(home / "empty-path"), "GOMAXPROCS": "2", "GOMEMLIMIT": "1GiB", "LANG": "C.UTF-8"}
+
+
+def kustomize_seconds(bench: Bench, directory: Path) -> float:
+    """Wall time of one `kustomize build` of `directory` (output discarded; failure raises)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        bench.binary.argv(str(directory)),
+        cwd=directory,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=_kustomize_env(bench.work / "home"),
+    )
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"kustomize failed on {directory}: {proc.stderr.decode(errors='replace').strip()}")
+    return elapsed
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _python_for_cli() -> list[str]:
+    """The `fluxwarden` console script next to this interpreter, else `python -m bot.cli`."""
+    script = Path(sys.executable).parent / "fluxwarden"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "bot.cli"]
+
+
+def _run_probe(code: str, *args: str) -> dict[str, Any]:
+    """Run `code` in a fresh interpreter (so RUSAGE_* see nothing of ours); it prints one JSON line."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"probe failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# The engine, in-process in a fresh interpreter: wall time of check_repository() alone (imports
+# excluded), its own peak RSS (RUSAGE_SELF) and the largest kustomize child (RUSAGE_CHILDREN),
+# and the CPU seconds (user + system) each side spent during the call.
+_ENGINE_PROBE = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    from pathlib import Path
+    from bot.engine import CheckOptions, check_repository
+    repo, cluster, jobs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    def cpu(who):
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+    self_cpu0, children_cpu0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    report = check_repository(repo, cluster, CheckOptions(jobs=jobs))
+    wall = time.perf_counter() - start
+    print(json.dumps({
+        "wall": wall,
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "tiers": len(report.tiers),
+        "objects": report.objects,
+        "error_checks": sorted({f.check for f in report.findings if f.severity.value == "error"}),
+        "self_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "children_maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        "self_cpu": cpu(resource.RUSAGE_SELF) - self_cpu0,
+        "children_cpu": cpu(resource.RUSAGE_CHILDREN) - children_cpu0,
+    }))
+    """
+)
+
+# The real CLI as the only child of a fresh interpreter: wall time including interpreter start-up,
+# exit code, and RUSAGE_CHILDREN's ru_maxrss (KiB on Linux) = the largest process of the CLI's tree.
+_CLI_PROBE = textwrap.dedent(
+    """
+    import json, resource, subprocess, sys, time
+    argv = json.loads(sys.argv[1])
+    start = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    print(json.dumps({
+        "wall": wall,
+        "rc": proc.returncode,
+        "stderr": proc.stderr.decode(errors="replace")[-500:],
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    }))
+    """
+)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:.0f} MiB"
+
+
+# -- measurements -----------------------------------------------------------------------------------
+
+
+def measure_check_in_process(bench: Bench) -> list[Row]:
+    """(a) cold check via bot.engine.check_repository, timed around the call; (d) its RSS split."""
+    out = min(
+        (_run_probe(_ENGINE_PROBE, str(bench.repo.root), bench.cluster, str(bench.jobs)) for _ in range(bench.repeat)),
+        key=lambda r: r["wall"],
+    )
+    bench.results["engine"] = out
+    verdict = f"{out['errors']} errors, {out['warnings']} warnings" + (
+        f" ({', '.join(out['error_checks'])})" if out["error_checks"] else ""
+    )
+    return [
+        Row("(a)", "cold check, in-process (check_repository)", _s(out["wall"]), f"{verdict}; {out['tiers']} tiers, {out['objects']:,} objects"),
+        Row(
+            "(b)",
+            "CPU of that check: Python / kustomize",
+            f"{out['self_cpu']:.1f} s / {out['children_cpu']:.1f} s",
+            f"user+sys; CPU-bound wall floor on {os.cpu_count()} cores: "
+            f"{_s(max(out['self_cpu'], (out['self_cpu'] + out['children_cpu']) / (os.cpu_count() or 1)))}",
+        ),
+        Row("(d)", "peak RSS, engine Python process", _mib(out["self_maxrss_kib"]), "RUSAGE_SELF of the in-process run"),
+        Row("(d)", "peak RSS, largest kustomize child", _mib(out["children_maxrss_kib"]), "RUSAGE_CHILDREN of the in-process run"),
+    ]
+
+
+def _run_cli(bench: Bench, repo: Path, *extra: str | Path, output: Path | None = None) -> dict[str, Any]:
+    """`fluxwarden check` on `repo` for the bench's cluster, as the only child of a fresh interpreter."""
+    argv = [
+        *_python_for_cli(), "check", "--repo", str(repo), "--cluster", bench.cluster,
+        "--jobs", str(bench.jobs), "--format", "json", "--output", str(output or os.devnull), *map(str, extra),
+    ]
+    out = _run_probe(_CLI_PROBE, json.dumps(argv))
+    if out["rc"] not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {out['rc']}: {out['stderr'].strip()}")
+    return out
+
+
+def measure_check_cli(bench: Bench) -> list[Row]:
+    """(a) cold check via the CLI subprocess; (d) peak RSS of its process tree."""
+    out = min((_run_cli(bench, bench.repo.root) for _ in range(bench.repeat)), key=lambda r: r["wall"])
+    bench.results["cli"] = out
+    return [
+        Row("(a)", "cold check, CLI subprocess", _s(out["wall"]), f"exit {out['rc']} (incl. interpreter start-up)"),
+        Row("(d)", "peak RSS, CLI process tree", _mib(out["maxrss_kib"]), "RUSAGE_CHILDREN ru_maxrss: largest single process"),
+    ]
+
+
+def measure_kustomize_sum(bench: Bench) -> list[Row]:
+    """(b) kustomize on every tier dir, one after another; the ratio of check wall time to that sum."""
+    raw = bench.raw_tree
+    runs = []
+    for _ in range(bench.repeat):
+        cpu0 = _children_cpu()
+        times = {tier: kustomize_seconds(bench, raw / "tiers" / tier) for tier in bench.repo.tiers}
+        runs.append((sum(times.values()), times, _children_cpu() - cpu0))
+    _, times, cpu = min(runs, key=lambda r: r[0])
+    total = sum(times.values())
+    bench.results["kustomize_sum"] = total
+    per = sorted(times.values())
+    rows = [
+        Row(
+            "(b)",
+            "sum of per-tier kustomize (sequential)",
+            _s(total),
+            f"{len(per)} builds; median {_s(statistics.median(per))}, max {_s(per[-1])}; {cpu:.1f} s CPU (user+sys)",
+        )
+    ]
+    for key, label in (("engine", "in-process"), ("cli", "CLI")):
+        if key in bench.results:
+            ratio = bench.results[key]["wall"] / total
+            rows.append(Row("(b)", f"ratio wall/sum, {label}", f"{ratio:.2f}", f"target <= 0.60 on 2 cores ({'met' if ratio <= 0.6 else 'NOT met'})"))
+    return rows
+
+
+def measure_one_tier_floor(bench: Bench) -> list[Row]:
+    """(c) raw floor for a one-tier PR: kustomize on the tier at base and at head, plus the cluster entry."""
+    raw = bench.raw_tree
+    tier = bench.repo.tiers[bench.touch_index]
+    best = lambda directory: min(kustomize_seconds(bench, directory) for _ in range(bench.repeat))  # noqa: E731
+    base = best(raw / "tiers" / tier)
+    entry = best(raw / "clusters" / bench.cluster)
+    touched = touch_one_tier(raw, bench.touch_index)
+    head = best(raw / "tiers" / touched)
+    floor = base + head + entry
+    bench.results["one_tier_floor"] = floor
+    bench.results["touched_tier"] = touched
+    return [
+        Row("(c)", "one-tier PR raw floor (kustomize only)", _s(floor), f"{touched}: base {_s(base)} + head {_s(head)} + entry clusters/{bench.cluster} {_s(entry)}"),
+    ]
+
+
+def _cli_has_base() -> bool:
+    """Whether this fluxwarden's `check` has `--base` (the PR review mode)."""
+    proc = subprocess.run([*_python_for_cli(), "check", "--help"], capture_output=True, text=True)
+    return "--base" in proc.stdout
+
+
+def measure_warm_base(bench: Bench) -> list[Row]:
+    """(c) warm `check --base` for a PR touching one tier, next to the raw floor.
+
+    On a clone of the repo with its own --cache-dir: `check --base HEAD` (no change; fills the
+    cache as checking main would), then commit a one-tier change and time
+    `check --base HEAD~1 --head HEAD` with that cache. Shows NOT_BUILT when the CLI has no --base.
+    """
+    if not _cli_has_base():
+        return [Row("(c)", "warm check --base, one-tier PR", NOT_BUILT, "compare with the raw floor above")]
+    clone = bench.work / "pr"
+    shutil.copytree(bench.repo.root, clone, symlinks=True)
+    cache = bench.work / "cache"
+    prime = _run_cli(bench, clone, "--base", "HEAD", "--cache-dir", cache)
+    tier = touch_one_tier(clone, bench.touch_index, commit=True)
+    result = bench.work / "warm-review.json"
+    warm = _run_cli(bench, clone, "--base", "HEAD~1", "--head", "HEAD", "--cache-dir", cache, output=result)
+    review = json.loads(result.read_text(encoding="utf-8"))
+    bench.results["warm_base"] = warm["wall"]
+    floor = bench.results.get("one_tier_floor")
+    versus = f"; {warm['wall'] / floor:.0f}x the raw floor" if floor else ""
+    return [
+        Row("(c)", "check --base, empty cache, no change", _s(prime["wall"]), "fills the cache (renders base and head)"),
+        Row(
+            "(c)",
+            "warm check --base, one-tier PR",
+            _s(warm["wall"]),
+            f"{tier}: exit {warm['rc']}, changed tiers {review.get('changedTiers')}, {len(review.get('changes', []))} object change(s){versus}",
+        ),
+        Row("(d)", "peak RSS, warm check --base tree", _mib(warm["maxrss_kib"]), "RUSAGE_CHILDREN ru_maxrss: largest single process"),
+    ]
+
+
+def measure_counts(bench: Bench) -> list[Row]:
+    """(e) what was checked."""
+    repo = bench.repo
+    seen = bench.results.get("engine", {})
+    return [
+        Row("(e)", "tiers / objects (tier dirs)", f"{len(repo.tiers)} / {repo.objects:,}", f"{repo.files:,} files; the entry adds {repo.entry_objects} objects"),
+        Row(
+            "(e)",
+            "tiers / objects seen by check",
+            f"{seen.get('tiers', '?')} / {seen.get('objects', 0):,}",
+            f"expected {len(repo.tiers) + 1} / {repo.report_objects:,} (entry tier included)",
+        ),
+        Row(
+            "(e)",
+            "graph shape",
+            f"{len(repo.roots)} roots",
+            f"{len(repo.crd_tiers)} CRD tiers, {len(repo.cr_tiers)} CR tiers, {len(repo.substituted_tiers)} substituted, "
+            f"{len(repo.wait_tiers)} wait, {len(repo.generated_tiers)} without kustomization.yaml",
+        ),
+    ]
+
+
+MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [
+    measure_check_in_process,
+    measure_check_cli,
+    measure_kustomize_sum,
+    measure_one_tier_floor,
+    measure_warm_base,
+    measure_counts,
+]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    header = Row("", "measurement", "value", "note")
+    widths = [max(len(getattr(r, f)) for r in (header, *rows)) for f in ("figure", "label", "value")]
+    lines = []
+    for i, r in enumerate((header, *rows)):
+        lines.append(f"{r.figure:<{widths[0]}}  {r.label:<{widths[1]}}  {r.value:>{widths[2]}}  {r.note}".rstrip())
+        if i == 0:
+            lines.append("-" * (sum(widths) + 4 + max(len(r.note) for r in (header, *rows)) + 2))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description="Benchmark fluxwarden check on a synthetic repo.")
+    parser.add_argument("--tiers", type=int, default=200)
+    parser.add_argument("--objects", type=int, default=20000)
+    parser.add_argument("--jobs", type=int, default=2, help="parallel kustomize builds for check (default 2)")
+    parser.add_argument("--cluster", default="dev")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--touch", type=int, default=None, help="index of the tier the one-tier PR touches (default: the middle)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per figure, fastest reported (default 1)")
+    parser.add_argument("--keep", type=Path, help="generate here and keep it (must be empty or absent)")
+    args = parser.parse_args(argv)
+
+    binary = locate_kustomize()
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-bench-") as tmp:
+        root = args.keep or Path(tmp) / "repo"
+        start = time.perf_counter()
+        repo = generate(root, tiers=args.tiers, objects=args.objects, seed=args.seed)
+        generated_in = time.perf_counter() - start
+        if args.cluster not in repo.clusters:
+            parser.error(f"--cluster must be one of {', '.join(repo.clusters)}")
+        bench = Bench(
+            repo=repo,
+            work=Path(tmp) / "work",
+            binary=binary,
+            cluster=args.cluster,
+            jobs=args.jobs,
+            touch_index=args.touch if args.touch is not None else len(repo.tiers) // 2,
+            repeat=max(1, args.repeat),
+        )
+        bench.work.mkdir()
+        kustomize_seconds(bench, bench.raw_tree / "tiers" / repo.tiers[0])  # warm the binary into the page cache
+        print(
+            f"fluxwarden bench: {len(repo.tiers)} tiers, {repo.objects:,} objects, clusters {', '.join(repo.clusters)} "
+            f"(checking {args.cluster}; the engine also renders the others for graph-drift), --jobs {args.jobs}, "
+            f"{os.cpu_count()} CPUs, {Path(binary.path).name} (kustomize {binary.version}); generated in {_s(generated_in)}; "
+            f"best of {bench.repeat}; load average {_load()} at start",
+            flush=True,
+        )
+        rows: list[Row] = []
+        for measure in MEASUREMENTS:
+            rows.extend(measure(bench))
+        print(format_table(sorted(rows, key=lambda r: r.figure)))  # stable: grouped (a)..(e), in measured order
+        print(f"load average {_load()} at the end (other work on the machine slows every figure)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
