@@ -55,16 +55,21 @@ def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, op
 
 
 def analyse(
-    snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, cache: BuildCache | None = None
+    snapshot: Snapshot,
+    cluster: str,
+    binary: KustomizeBinary,
+    options: CheckOptions,
+    cache: BuildCache | None = None,
+    finish_memo: dict | None = None,
 ) -> Analysis:
     """Render a cluster (and its siblings, for graph-drift) and run every check."""
     config = load_repo_config(snapshot.read_text(CONFIG_FILE))
     entry = cluster_entry(config, cluster, snapshot.root)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache)
+    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo)
     render = renderer.render_cluster(cluster, entry)
     others = {
-        name: TierGraph(t.spec for t in renderer.render_cluster(name, path).tiers.values())
+        name: TierGraph(t.spec for t in renderer.render_cluster(name, path, graph_only=True).tiers.values())
         for name, path in sorted(known_clusters(config, snapshot.root).items())
         if name != cluster
     }

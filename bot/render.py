@@ -31,6 +31,9 @@ from bot.snapshot import Snapshot, normalise_repo_path
 from bot.yamlio import check_aliases, document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
+_MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
+_CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
+_FLUX_KUSTOMIZATION = re.compile(r"^apiVersion: kustomize\.toolkit\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: Kustomization[ \t]*$", re.MULTILINE)
 # Values that come from a Secret are never shown; they render as this marker instead.
 # (No leading `*`: kustomize emits `${S}` unquoted, and `**…` would then parse as a YAML alias.)
 SECRET_MASK = "<masked:{name}>"
@@ -38,11 +41,21 @@ SECRET_MASK = "<masked:{name}>"
 
 @dataclass(frozen=True)
 class RawDocument:
-    """One object of kustomize's output, before substitution."""
+    """One object of kustomize's output, before substitution.
+
+    `body` is None for a document that substitution may change: it is parsed once, after
+    substitution, instead of twice (the YAML parse is most of the Python time of a render).
+    """
 
     text: str
-    body: Mapping[str, Any]
+    body: Mapping[str, Any] | None
     origin: SourceLocation | None
+
+    @property
+    def substitution_disabled(self) -> bool:
+        if self.body is None:
+            return f"{SUBSTITUTE_ANNOTATION}: disabled" in self.text
+        return ((self.body.get("metadata") or {}).get("annotations") or {}).get(SUBSTITUTE_ANNOTATION) == "disabled"
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class RawTier:
     inputs: frozenset[str] = frozenset()
     findings: tuple[Finding, ...] = ()
     failed: bool = False
+    content_key: str | None = None  # the build cache key: equal keys, equal output
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,7 @@ class Renderer:
         jobs: int | None = None,
         timeout: float = 120.0,
         cache: BuildCache | None = None,
+        finish_memo: dict[str, tuple["RenderedTier", list[Finding]]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.config = config
@@ -108,6 +123,9 @@ class Renderer:
         self.cache = cache
         self.hasher = ContentHasher(snapshot.root)
         self.builds_run = 0
+        # Shared by the base and head renderers of a review: a tier whose build and variables are the
+        # same on both sides is substituted and parsed once.
+        self.finish_memo = finish_memo
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self._counter = itertools.count(1)
         self._locations: dict[str, list] = {}
@@ -160,7 +178,7 @@ class Renderer:
             cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
             cached = self.cache.get(cache_key)
             if cached is not None:
-                return RawTier(spec, documents=cached, inputs=inputs)
+                return RawTier(spec, documents=cached, inputs=inputs, content_key=cache_key)
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
@@ -168,47 +186,33 @@ class Renderer:
         except RenderError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         try:
-            documents = self._parse(text, workdir)
+            documents = self._parse(text)
         except InputError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         self.builds_run += 1
         if cache_key is not None:
             self.cache.put(cache_key, tuple(documents))
-        return RawTier(spec, documents=tuple(documents), inputs=inputs)
+        return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
 
-    def _parse(self, text: str, workdir: Path) -> list[RawDocument]:
+    def _parse(self, text: str) -> list[RawDocument]:
+        """Split kustomize's output; parse now what substitution cannot change, defer the rest."""
         texts = split_documents(text)
+        eager = [i for i, t in enumerate(texts) if not _MAY_SUBSTITUTE.search(t) or _CONFIG_KIND.search(t)]
+        joined = "---\n".join(texts[i] if texts[i].endswith("\n") else texts[i] + "\n" for i in eager)
         try:
-            bodies = [b for b in yaml.load_all(text, Loader=yaml.CSafeLoader) if b is not None]
+            bodies = [b for b in yaml.load_all(joined, Loader=yaml.CSafeLoader) if b is not None]
+            if len(bodies) != len(eager):
+                bodies = [yaml.load(texts[i], Loader=yaml.CSafeLoader) for i in eager]
         except yaml.YAMLError as exc:
             raise InputError(f"kustomize output is not valid YAML: {exc}") from None
-        if len(bodies) != len(texts):
-            bodies = [yaml.load(t, Loader=yaml.CSafeLoader) for t in texts]
+        parsed = dict(zip(eager, bodies))
         out = []
-        for doc_text, body in zip(texts, bodies):
-            if not isinstance(body, dict):
+        for index, doc_text in enumerate(texts):
+            body = parsed.get(index)
+            if index in parsed and not isinstance(body, dict):
                 raise InputError("kustomize output contains a document that is not a mapping")
-            out.append(RawDocument(doc_text, body, self._origin(body, workdir)))
+            out.append(RawDocument(doc_text, body, _pop_origin(body) if body is not None else None))
         return out
-
-    def _origin(self, body: dict[str, Any], workdir: Path) -> SourceLocation | None:
-        """Read and remove kustomize's origin annotation; map it to a repo path."""
-        meta = body.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, dict) else None
-        if not isinstance(annotations, dict) or ORIGIN_ANNOTATION not in annotations:
-            return None
-        raw = annotations.pop(ORIGIN_ANNOTATION)
-        if not annotations:
-            meta.pop("annotations")
-        try:
-            origin = yaml.load(raw, Loader=yaml.CSafeLoader) or {}
-        except yaml.YAMLError:
-            return None
-        rel = origin.get("path") or origin.get("configuredIn")
-        if not isinstance(rel, str):
-            return None
-        repo_rel = self.snapshot.to_repo_path(os.path.normpath(workdir / rel))
-        return SourceLocation(repo_rel) if repo_rel else None
 
     def sanitise(self, message: str, workdir: Path | None = None) -> str:
         """Make kustomize's message postable: repo-relative paths, nothing of the host's filesystem."""
@@ -243,8 +247,11 @@ class Renderer:
 
     # -- a whole cluster ------------------------------------------------------------------------
 
-    def render_cluster(self, cluster: str, entry: str) -> ClusterRender:
-        """Render the entry path and follow every Kustomization on this repository, to any depth."""
+    def render_cluster(self, cluster: str, entry: str, *, graph_only: bool = False) -> ClusterRender:
+        """Render the entry path and follow every Kustomization on this repository, to any depth.
+
+        `graph_only` keeps only the Flux Kustomizations of each tier (enough for another cluster's graph).
+        """
         findings: list[Finding] = []
         tiers: dict[TierId, RenderedTier] = {}
         built: dict[TierId, RawTier] = {}
@@ -262,7 +269,7 @@ class Renderer:
                         built[raw.spec.id] = raw
                         findings.extend(raw.findings)
                         for doc in raw.documents:
-                            ref = _ref(doc.body)
+                            ref = _ref(doc.body) if doc.body is not None else None
                             if ref and ref.kind in ("ConfigMap", "Secret"):
                                 objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
                 for tid in list(built):
@@ -270,7 +277,7 @@ class Renderer:
                     if pending and not _sources_present(raw.spec, objects):
                         continue  # its substituteFrom may be rendered by a tier still building
                     del built[tid]
-                    rendered, tier_findings = self._finish(raw, objects)
+                    rendered, tier_findings = self._finish(raw, objects, graph_only)
                     tiers[tid] = rendered
                     findings.extend(tier_findings)
                     for spec in self._discover(rendered, entry, findings):
@@ -311,13 +318,19 @@ class Renderer:
 
     # -- substitution ---------------------------------------------------------------------------
 
-    def _finish(self, raw: RawTier, objects: Mapping[tuple[str, str, str], RawDocument]) -> tuple[RenderedTier, list[Finding]]:
-        """postBuild substitution and commonMetadata for one built tier."""
+    def _finish(
+        self, raw: RawTier, objects: Mapping[tuple[str, str, str], RawDocument], graph_only: bool = False
+    ) -> tuple[RenderedTier, list[Finding]]:
+        """postBuild substitution and commonMetadata for one built tier (graph_only: its Kustomizations only)."""
         spec = raw.spec
         findings: list[Finding] = []
         if raw.failed and not raw.documents:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), findings
         variables, secret_names, open_set = self._variables(spec, objects, findings)
+        memo_key = self._memo_key(raw, variables, secret_names, open_set, graph_only)
+        if memo_key is not None and memo_key in self.finish_memo:  # type: ignore[operator]
+            rendered, memo_findings = self.finish_memo[memo_key]  # type: ignore[index]
+            return replace(rendered, spec=spec, inputs=raw.inputs), list(memo_findings)
         bad_names = envsubst.check_variable_names(variables)
         if bad_names:
             findings.append(_failed(spec.id, f"postBuild variable name(s) {', '.join(sorted(bad_names))} are invalid; the build fails", spec.origin))
@@ -329,59 +342,78 @@ class Renderer:
         manifests: list[Manifest] = []
         undefined: dict[str, list[Manifest]] = {}
         failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux
-        for doc in raw.documents:
-            body = doc.body
+        documents = [d for d in raw.documents if _FLUX_KUSTOMIZATION.search(d.text)] if graph_only else raw.documents
+        for doc in documents:
+            body, origin = doc.body, doc.origin
             used_undefined: tuple[str, ...] = ()
-            annotations = (body.get("metadata") or {}).get("annotations") or {}
             # `$$` collapses to `$` even in a document with no reference (fluxcd/pkg envsubst).
-            if substituting and annotations.get(SUBSTITUTE_ANNOTATION) != "disabled" and ("${" in doc.text or "$$" in doc.text):
+            if substituting and _MAY_SUBSTITUTE.search(doc.text) and not doc.substitution_disabled:
                 try:
                     result = envsubst.substitute(doc.text, masked, strict=self.config.strict_substitution)
                 except SubstitutionError as exc:
-                    findings.append(_failed(spec.id, f"{_ref(body) or 'object'}: {exc}", doc.origin))
+                    findings.append(_failed(spec.id, f"{_ref(body) if body else _describe(doc.text)}: {exc}", origin))
                     failed = True
                     continue
                 used_undefined = result.undefined
+                text, check = result.text, True  # values can add anchors/aliases
+            elif body is None:
+                text, check = doc.text, False
+            else:
+                text = None
+            if text is not None:
                 try:
-                    check_aliases(result.text, f"{_ref(doc.body)} after substitution")  # values can add anchors/aliases
-                    body = yaml.load(result.text, Loader=yaml.CSafeLoader)
+                    if check:
+                        check_aliases(text, f"{_describe(doc.text)} after substitution")
+                    body = yaml.load(text, Loader=yaml.CSafeLoader)
                 except InputError as exc:
-                    findings.append(_failed(spec.id, str(exc), doc.origin))
+                    findings.append(_failed(spec.id, str(exc), origin))
                     failed = True
                     continue
                 except yaml.YAMLError as exc:
-                    findings.append(_failed(spec.id, f"{_ref(doc.body)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", doc.origin))
+                    findings.append(_failed(spec.id, f"{_describe(doc.text)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", origin))
                     failed = True
                     continue
-                body = _without_origin(body)  # doc.text still carries kustomize's origin annotation
+                origin = _pop_origin(body) or origin  # the text still carries kustomize's origin annotation
             ref = _ref(body) if isinstance(body, dict) else None
             if ref is None:
-                findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", doc.origin))
+                findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", origin))
                 failed = True
                 continue
             body = _with_common_metadata(body, spec)
-            manifest = Manifest(ref, body, doc.origin)
+            manifest = Manifest(ref, body, origin)
             if ref.kind == "Secret" and "sops" in body and not spec.decryption:
                 findings.append(
-                    _failed(spec.id, f"{ref} is SOPS-encrypted but the Kustomization has no spec.decryption; the apply fails", doc.origin)
+                    _failed(spec.id, f"{ref} is SOPS-encrypted but the Kustomization has no spec.decryption; the apply fails", origin)
                 )
                 failed = True
             manifests.append(manifest)
             for name in used_undefined:
                 undefined.setdefault(name, []).append(manifest)
-        return (
-            RenderedTier(
-                spec=spec,
-                manifests=tuple(manifests),
-                rendered=True,
-                failed=failed,
-                substituted=substituting or (spec.has_post_build and open_set),
-                variables_open=open_set,
-                variables=frozenset(variables),
-                undefined={k: tuple(v) for k, v in undefined.items()},
-                inputs=raw.inputs,
-            ),
-            findings,
+        rendered = RenderedTier(
+            spec=spec,
+            manifests=tuple(manifests),
+            rendered=True,
+            failed=failed,
+            substituted=substituting or (spec.has_post_build and open_set),
+            variables_open=open_set,
+            variables=frozenset(variables),
+            undefined={k: tuple(v) for k, v in undefined.items()},
+            inputs=raw.inputs,
+        )
+        if memo_key is not None:
+            self.finish_memo[memo_key] = (rendered, list(findings))  # type: ignore[index]
+        return rendered, findings
+
+    def _memo_key(self, raw: RawTier, variables: Mapping[str, str], secret_names: set[str], open_set: bool, graph_only: bool) -> str | None:
+        """Everything `_finish` reads besides `raw.documents` (named by its content key)."""
+        if self.finish_memo is None or raw.content_key is None:
+            return None
+        spec = raw.spec
+        return json.dumps(
+            [raw.content_key, sorted(variables.items()), sorted(secret_names), open_set, graph_only, str(spec.id),
+             spec.has_post_build, spec.substitute_always, spec.common_metadata, spec.decryption, str(spec.origin),
+             self.config.strict_substitution, raw.failed],
+            sort_keys=True, default=str,
         )
 
     def _variables(
@@ -446,15 +478,37 @@ def _config_data(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _without_origin(body: Any) -> Any:
-    """Drop kustomize's origin annotation (and an annotations map it leaves empty) from a re-parsed object."""
+def _pop_origin(body: Any) -> SourceLocation | None:
+    """Read and drop kustomize's origin annotation (and an annotations map it leaves empty).
+
+    The path is relative to the overlay directory, which always sits two levels below the
+    snapshot's parent, next to `repo/` (see Renderer._work): `../../repo/<file>`.
+    """
     meta = body.get("metadata") if isinstance(body, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    if isinstance(annotations, dict) and ORIGIN_ANNOTATION in annotations:
-        annotations.pop(ORIGIN_ANNOTATION)
-        if not annotations:
-            meta.pop("annotations")
-    return body
+    if not isinstance(annotations, dict) or ORIGIN_ANNOTATION not in annotations:
+        return None
+    raw = annotations.pop(ORIGIN_ANNOTATION)
+    if not annotations:
+        meta.pop("annotations")
+    try:
+        origin = yaml.load(raw, Loader=yaml.CSafeLoader) if isinstance(raw, str) else None
+    except yaml.YAMLError:
+        return None
+    rel = (origin.get("path") or origin.get("configuredIn")) if isinstance(origin, dict) else None
+    if not isinstance(rel, str):
+        return None
+    joined = posixpath.normpath(posixpath.join("overlays/build", rel))
+    if joined == "repo" or not joined.startswith("repo/"):
+        return None
+    return SourceLocation(joined[len("repo/"):])
+
+
+def _describe(text: str) -> str:
+    """`Kind/name` of a document we could not parse, read from its text."""
+    kind = re.search(r"^kind: *(\S+)", text, re.MULTILINE)
+    name = re.search(r"^  name: *(\S+)", text, re.MULTILINE)
+    return f"{kind.group(1) if kind else 'object'}/{name.group(1) if name else '?'}"
 
 
 def _sources_present(spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument]) -> bool:

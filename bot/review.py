@@ -97,6 +97,7 @@ def review_repository(repo: Path, cluster: str, base: str, head: str | None = No
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
     cache = BuildCache(cache_dir or default_cache_dir())
+    memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         work = Path(tmp)
@@ -108,10 +109,10 @@ def review_repository(repo: Path, cluster: str, base: str, head: str | None = No
             head_sha = gitrepo.export_tree(repo, head, work / "head-export")
             head_snapshot = build_snapshot(work / "head-export", work / "head")
         try:
-            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache)
+            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo)
         except UserError:
             base_side = None  # the cluster is new in this change
-        head_side = analyse(head_snapshot, cluster, binary, options, cache)
+        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo)
         return _review(cluster, base_sha, head_sha, base_side, head_side, changed)
 
 

@@ -183,3 +183,14 @@ def test_real_kustomize_builds(tmp_path: Path) -> None:
     (tmp_path / "cm.yaml").write_text(OUTPUT)
     out = run_build(binary, tmp_path, sandbox_home=tmp_path / "home")
     assert out == "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n  namespace: ns\n"
+
+
+def test_memory_cap_applies_to_the_build(tmp_path: Path) -> None:
+    """kustomize runs with an address-space cap (set right after the spawn)."""
+    from bot.kustomize import KustomizeBinary, run_build
+
+    fake = tmp_path / "kustomize"
+    fake.write_text("#!/bin/sh\n/bin/sleep 0.3\nulimit -v\n")
+    fake.chmod(0o755)
+    out = run_build(KustomizeBinary(str(fake), embedded=False), tmp_path, sandbox_home=tmp_path / "home", memory_bytes=1536 * 1024 * 1024)
+    assert out.strip() == str(1536 * 1024)
