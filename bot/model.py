@@ -28,8 +28,7 @@ class GroupKind:
 
     @classmethod
     def of(cls, api_version: str, kind: str) -> "GroupKind":
-        group = api_version.rpartition("/")[0] if "/" in api_version else ""
-        return cls(group, kind)
+        return cls(api_version.rpartition("/")[0], kind)  # "v1" → core group ""
 
     def __str__(self) -> str:
         return f"{self.kind}.{self.group}" if self.group else self.kind
@@ -46,16 +45,16 @@ class ObjectRef:
 
     @property
     def group(self) -> str:
-        return GroupKind.of(self.api_version, self.kind).group
+        return self.api_version.rpartition("/")[0]
 
     @property
     def group_kind(self) -> GroupKind:
-        return GroupKind.of(self.api_version, self.kind)
+        return GroupKind(self.group, self.kind)
 
     @property
     def identity(self) -> tuple[str, str, str, str]:
         """Flux inventory key: `<namespace>_<name>_<group>_<kind>` as a tuple (version excluded)."""
-        return (self.namespace, self.name, self.group, self.kind)
+        return (self.namespace, self.name, self.api_version.rpartition("/")[0], self.kind)
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"

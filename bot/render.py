@@ -15,7 +15,7 @@ import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -31,6 +31,7 @@ from bot.snapshot import Snapshot, normalise_repo_path
 from bot.yamlio import check_aliases, document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
+_ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
 _MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
 _CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
 _FLUX_KUSTOMIZATION = re.compile(r"^apiVersion: kustomize\.toolkit\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: Kustomization[ \t]*$", re.MULTILINE)
@@ -343,37 +344,12 @@ class Renderer:
         undefined: dict[str, list[Manifest]] = {}
         failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux
         documents = [d for d in raw.documents if _FLUX_KUSTOMIZATION.search(d.text)] if graph_only else raw.documents
-        for doc in documents:
-            body, origin = doc.body, doc.origin
-            used_undefined: tuple[str, ...] = ()
-            # `$$` collapses to `$` even in a document with no reference (fluxcd/pkg envsubst).
-            if substituting and _MAY_SUBSTITUTE.search(doc.text) and not doc.substitution_disabled:
-                try:
-                    result = envsubst.substitute(doc.text, masked, strict=self.config.strict_substitution)
-                except SubstitutionError as exc:
-                    findings.append(_failed(spec.id, f"{_ref(body) if body else _describe(doc.text)}: {exc}", origin))
-                    failed = True
-                    continue
-                used_undefined = result.undefined
-                text, check = result.text, True  # values can add anchors/aliases
-            elif body is None:
-                text, check = doc.text, False
-            else:
-                text = None
-            if text is not None:
-                try:
-                    if check:
-                        check_aliases(text, f"{_describe(doc.text)} after substitution")
-                    body = yaml.load(text, Loader=yaml.CSafeLoader)
-                except InputError as exc:
-                    findings.append(_failed(spec.id, str(exc), origin))
-                    failed = True
-                    continue
-                except yaml.YAMLError as exc:
-                    findings.append(_failed(spec.id, f"{_describe(doc.text)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", origin))
-                    failed = True
-                    continue
-                origin = _pop_origin(body) or origin  # the text still carries kustomize's origin annotation
+        prepared = self._prepare(documents, substituting, masked, spec, findings)
+        for doc, prepared_doc in zip(documents, prepared):
+            if prepared_doc is None:
+                failed = True
+                continue
+            body, origin, used_undefined = prepared_doc
             ref = _ref(body) if isinstance(body, dict) else None
             if ref is None:
                 findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", origin))
@@ -403,6 +379,48 @@ class Renderer:
         if memo_key is not None:
             self.finish_memo[memo_key] = (rendered, list(findings))  # type: ignore[index]
         return rendered, findings
+
+    def _prepare(
+        self, documents: Sequence[RawDocument], substituting: bool, masked: Mapping[str, str], spec: TierSpec, findings: list[Finding]
+    ) -> list[tuple[Any, SourceLocation | None, tuple[str, ...]] | None]:
+        """Substitute what needs it, then parse every unparsed document in one YAML stream (None: failed)."""
+        out: list[tuple[Any, SourceLocation | None, tuple[str, ...]] | None] = []
+        to_parse: list[tuple[int, str, bool]] = []  # (index in out, text, substituted)
+        for doc in documents:
+            # `$$` collapses to `$` even in a document with no reference (fluxcd/pkg envsubst).
+            if substituting and _MAY_SUBSTITUTE.search(doc.text) and not doc.substitution_disabled:
+                try:
+                    result = envsubst.substitute(doc.text, masked, strict=self.config.strict_substitution)
+                except SubstitutionError as exc:
+                    findings.append(_failed(spec.id, f"{_ref(doc.body) if doc.body else _describe(doc.text)}: {exc}", doc.origin))
+                    out.append(None)
+                    continue
+                to_parse.append((len(out), result.text, True))
+                out.append((None, doc.origin, result.undefined))
+            elif doc.body is None:
+                to_parse.append((len(out), doc.text, False))
+                out.append((None, doc.origin, ()))
+            else:
+                out.append((doc.body, doc.origin, ()))
+        bodies = _load_stream([text for _, text, _ in to_parse])
+        for (index, text, substituted), body in zip(to_parse, bodies):
+            _, origin, undefined = out[index]  # type: ignore[misc]
+            try:
+                if substituted:
+                    check_aliases(text, f"{_describe(text)} after substitution")  # values can add anchors/aliases
+                if body is None:
+                    body = yaml.load(text, Loader=yaml.CSafeLoader)  # the stream failed: find which document
+            except InputError as exc:
+                findings.append(_failed(spec.id, str(exc), origin))
+                out[index] = None
+                continue
+            except yaml.YAMLError as exc:
+                findings.append(_failed(spec.id, f"{_describe(text)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", origin))
+                out[index] = None
+                continue
+            origin = _pop_origin(body) or origin  # the text still carries kustomize's origin annotation
+            out[index] = (body, origin, undefined)
+        return out
 
     def _memo_key(self, raw: RawTier, variables: Mapping[str, str], secret_names: set[str], open_set: bool, graph_only: bool) -> str | None:
         """Everything `_finish` reads besides `raw.documents` (named by its content key)."""
@@ -491,17 +509,27 @@ def _pop_origin(body: Any) -> SourceLocation | None:
     raw = annotations.pop(ORIGIN_ANNOTATION)
     if not annotations:
         meta.pop("annotations")
-    try:
-        origin = yaml.load(raw, Loader=yaml.CSafeLoader) if isinstance(raw, str) else None
-    except yaml.YAMLError:
+    # The value is a tiny YAML map kustomize writes itself (`path: …` or `configuredIn: …`): a regex
+    # reads it ~50x faster than a YAML parse, which matters at 20,000 objects.
+    match = _ORIGIN_PATH.search(raw) if isinstance(raw, str) else None
+    if match is None:
         return None
-    rel = (origin.get("path") or origin.get("configuredIn")) if isinstance(origin, dict) else None
-    if not isinstance(rel, str):
-        return None
+    rel = match.group(1).strip().strip("'\"")
     joined = posixpath.normpath(posixpath.join("overlays/build", rel))
     if joined == "repo" or not joined.startswith("repo/"):
         return None
     return SourceLocation(joined[len("repo/"):])
+
+
+def _load_stream(texts: list[str]) -> list[Any]:
+    """Parse many documents in one C-loader call; [None, …] when the stream fails (callers retry one by one)."""
+    if not texts:
+        return []
+    try:
+        bodies = [b for b in yaml.load_all("---\n".join(t if t.endswith("\n") else t + "\n" for t in texts), Loader=yaml.CSafeLoader) if b is not None]
+    except yaml.YAMLError:
+        return [None] * len(texts)
+    return bodies if len(bodies) == len(texts) else [None] * len(texts)
 
 
 def _describe(text: str) -> str:
