@@ -35,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
     check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
+    check.add_argument("--live", action="store_true", help="also check the merge preconditions on the live cluster (read-only)")
+    check.add_argument("--kubeconfig", type=Path, help="with --live: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    check.add_argument("--context", help="with --live: kubeconfig context (default: its current-context)")
+    tier = sub.add_parser("tier-order", help="check the bootstrap tier order list against every cluster's graph (--fix edits it)")
+    tier.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
+    tier.add_argument("--fix", action="store_true", help="edit the tier order file in place (only the lines that must change)")
+    tier.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    tier.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     serve = sub.add_parser("serve", help="run the GitHub webhook service")
     serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
     serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
@@ -47,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "tier-order":
+            return _tier_order(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -65,9 +75,12 @@ def _check(args: argparse.Namespace) -> int:
     options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout)
     if args.head and not args.base:
         raise UserError("--head needs --base")
+    if (args.kubeconfig or args.context) and not args.live:
+        raise UserError("--kubeconfig and --context need --live")
     if args.base:
         return _review(args, options)
-    report = check_repository(args.repo, args.cluster, options)
+    live, _ = _live(args)
+    report = check_repository(args.repo, args.cluster, options, live=live)
     if args.format == "json":
         text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
     elif args.format == "markdown":
@@ -82,7 +95,10 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     from bot.review import review_repository  # GitPython is only needed for reviews
     from bot.review_report import format_review_markdown, format_review_text, review_to_json
 
-    review = review_repository(args.repo, args.cluster, args.base, args.head, options, cache_dir=args.cache_dir)
+    live, fetch_objects = _live(args)
+    review = review_repository(
+        args.repo, args.cluster, args.base, args.head, options, cache_dir=args.cache_dir, live=live, fetch_objects=fetch_objects
+    )
     if args.format == "json":
         text = json.dumps(review_to_json(review), indent=2, ensure_ascii=False) + "\n"
     elif args.format == "markdown":
@@ -92,6 +108,40 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     _emit(args, text)
     # A change is judged by what it adds: pre-existing errors do not fail it.
     return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN
+
+
+def _live(args: argparse.Namespace):
+    """With --live: the cluster's state, read now (async, before the sync engine), and a reader for moved objects.
+
+    An unreachable cluster, a bad credential or a forbidden read is not an exception here: the state
+    records it and the report carries a `precondition-unknown` error.
+    """
+    if not args.live:
+        return None, None
+    from bot.kube import ClusterAccess, ObjectReader, fetch_live_state  # kubernetes-asyncio: only with --live
+
+    access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
+    return fetch_live_state(access, args.cluster), ObjectReader(access)
+
+
+def _tier_order(args: argparse.Namespace) -> int:
+    """Print the order every cluster needs; 0 right (or fixed), 1 stale and not fixed, 2 impossible/usage."""
+    from bot.tierfix import read_tree_state
+
+    state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout)
+    fix = state.plan()  # TierOrderConflict and unreadable lists are FluxwardenErrors: one line, exit 2
+    sys.stdout.write(fix.report())
+    if not fix.needed:
+        return EXIT_CLEAN
+    sys.stdout.write(fix.diff())
+    if not args.fix:
+        print(f"run with --fix to edit {fix.file}")
+        return EXIT_FINDINGS
+    path = args.repo / fix.file
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(fix.new_text)
+    print(f"edited {fix.file}")
+    return EXIT_CLEAN
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -32,6 +32,8 @@ class RepoConfig:
     tier_order: TierOrderConfig | None = None
     runtime_crds: tuple[Mapping[str, Any], ...] = ()
     strict_substitution: bool = False
+    # cluster -> tiers (`name` or `namespace/name`) every change must find Ready there (live preconditions)
+    required_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
@@ -57,6 +59,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         tier_order=_tier_order(doc.get("tier_order")),
         runtime_crds=tuple(_list(doc, "runtime_crds")),
         strict_substitution=bool(doc.get("strict_substitution", False)),
+        required_tiers=_required_tiers(doc.get("clusters") or {}),
     )
 
 
@@ -79,6 +82,19 @@ def _clusters(raw: Any) -> dict[str, str]:
         if normal is None:
             raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} path {path!r} climbs out of the repository")
         out[str(name)] = normal
+    return out
+
+
+def _required_tiers(raw: Any) -> dict[str, tuple[str, ...]]:
+    """`clusters: {prod: {path: ..., required_tiers: [platform-config]}}`: tiers checked live on every change."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        tiers = spec.get("required_tiers") if isinstance(spec, dict) else None
+        if tiers is None:
+            continue
+        if not isinstance(tiers, list) or not all(isinstance(t, str) and t.strip() for t in tiers):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `required_tiers` must be a list of tier names")
+        out[str(name)] = tuple(t.strip() for t in tiers)
     return out
 
 

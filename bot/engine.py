@@ -13,6 +13,7 @@ from bot.errors import UserError
 from bot.graph import TierGraph
 from bot.knowledge import default_knowledge
 from bot.kustomize import KustomizeBinary, locate_kustomize
+from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
 from bot.model import Finding, Severity, SourceLocation
 from bot.providers import ProviderIndex
 from bot.render import ClusterRender, Renderer
@@ -29,14 +30,14 @@ class CheckOptions:
     timeout: float = 120.0
 
 
-def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOptions()) -> CheckReport:
-    """Check one cluster of the repository at `repo` (a working tree)."""
+def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOptions(), live: LiveState | None = None) -> CheckReport:
+    """Check one cluster of the repository at `repo` (a working tree); with `live`, also its live preconditions."""
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
-        return check_snapshot(snapshot, cluster, binary, options)
+        return check_snapshot(snapshot, cluster, binary, options, live=live)
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,18 @@ class Analysis:
     renderer: Renderer
 
 
-def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions) -> CheckReport:
-    """Check one cluster of an already sanitised snapshot."""
-    return analyse(snapshot, cluster, binary, options).report
+def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, live: LiveState | None = None) -> CheckReport:
+    """Check one cluster of an already sanitised snapshot.
+
+    With `live` (no change to review), every tier of the cluster must be ready on it: the merge
+    preconditions of a change that could touch any of them.
+    """
+    analysis = analyse(snapshot, cluster, binary, options, live=live)
+    if live is None:
+        return analysis.report
+    required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))
+    preconditions = evaluate_preconditions(live, analysis.graph.specs, {*analysis.render.tiers, *required})
+    return build_report(analysis.render, analysis.graph, [*analysis.report.findings, *preconditions])
 
 
 def analyse(
@@ -61,8 +71,13 @@ def analyse(
     options: CheckOptions,
     cache: BuildCache | None = None,
     finish_memo: dict | None = None,
+    live: LiveState | None = None,
 ) -> Analysis:
-    """Render a cluster (and its siblings, for graph-drift) and run every check."""
+    """Render a cluster (and its siblings, for graph-drift) and run every check.
+
+    With `live`, CRDs on the cluster are providers too (who made them decides their tier), and an
+    info line says which providers came from the cluster.
+    """
     config = load_repo_config(snapshot.read_text(CONFIG_FILE))
     entry = cluster_entry(config, cluster, snapshot.root)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
@@ -74,15 +89,16 @@ def analyse(
         if name != cluster
     }
     graph = TierGraph(t.spec for t in render.tiers.values())
+    providers = ProviderIndex(render, knowledge) if live is None else LiveProviderIndex(render, knowledge, live)
     ctx = CheckContext(
         render=render,
         graph=graph,
-        providers=ProviderIndex(render, knowledge),
+        providers=providers,
         config=config,
         other_graphs=others,
         locate=renderer.locate,
     )
-    findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render)]
+    findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers)]
     return Analysis(render, graph, build_report(render, graph, findings), renderer)
 
 

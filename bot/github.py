@@ -151,6 +151,20 @@ class PullRequestInfo:
     author: str | None
 
 
+@dataclass(frozen=True)
+class BranchPullRequest:
+    """A pull request opened from a branch of the repository itself (the bot's follow-up PRs)."""
+
+    number: int
+    title: str
+    body: str
+    head_ref: str
+    head_sha: str
+    base_ref: str
+    author: str | None
+    html_url: str
+
+
 _TOKEN_PATTERNS = (
     (re.compile(r"\b(gh[pousr]_|github_pat_)[A-Za-z0-9_]{8,}"), r"\1***"),
     (re.compile(r'("token"\s*:\s*")[^"]*(")'), r"\1***\2"),
@@ -482,6 +496,79 @@ class GitHubAdapter:
                 lambda batch=batch: run.edit(output={**output, "annotations": batch}),
             )
         return int(run.id)
+
+    # ------------------------------------------------------------------ the bot's own pull requests
+
+    def open_pulls_from(self, repo: str, branch: str) -> list[BranchPullRequest]:
+        """Open PRs whose head is `branch` of `repo` itself (not a fork), lowest number first."""
+        full = self._repo_path(repo)
+        owner = full.split("/", 1)[0]
+
+        def find() -> list[BranchPullRequest]:
+            pulls = self._gh.get_repo(full).get_pulls(state="open", head=f"{owner}:{branch}")
+            out = []
+            for pr in pulls:
+                head_repo = pr.head.repo
+                if pr.head.ref != branch or head_repo is None or head_repo.full_name.lower() != full.lower():
+                    continue
+                out.append(self._branch_pull(pr))
+            return sorted(out, key=lambda p: p.number)
+
+        return self._call(f"list pull requests from {branch} of {repo}", find)
+
+    def create_pull(self, repo: str, *, head: str, base: str, title: str, body: str) -> BranchPullRequest:
+        """Open a PR from branch `head` of `repo` into `base`."""
+        full = self._repo_path(repo)
+        if len(body) > MAX_COMMENT:
+            raise ValueError(f"pull request body is longer than GitHub's {MAX_COMMENT} characters")
+        return self._call(
+            f"create pull request {head} -> {base} on {repo}",
+            lambda: self._branch_pull(self._gh.get_repo(full).create_pull(base=base, head=head, title=title, body=body)),
+        )
+
+    def update_pull(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> None:
+        """Edit a PR's title and/or body (nothing is sent when both are None)."""
+        full = self._repo_path(repo)
+        changes: dict[str, str] = {}
+        if title is not None:
+            changes["title"] = title
+        if body is not None:
+            if len(body) > MAX_COMMENT:
+                raise ValueError(f"pull request body is longer than GitHub's {MAX_COMMENT} characters")
+            changes["body"] = body
+        if not changes:
+            return
+        pr = self._call(f"get pull request {repo}#{number}", lambda: self._gh.get_repo(full).get_pull(int(number)))
+        self._call(f"edit pull request {repo}#{number}", lambda: pr.edit(**changes))
+
+    def comment(self, repo: str, number: int, body: str) -> int:
+        """Post a plain comment on an issue or PR; returns its id."""
+        full = self._repo_path(repo)
+        if len(body) > MAX_COMMENT:
+            raise ValueError(f"comment body is longer than GitHub's {MAX_COMMENT} characters")
+        issue = self._call(f"get issue {repo}#{number}", lambda: self._gh.get_repo(full).get_issue(int(number)))
+        return int(self._call(f"create comment on {repo}#{number}", lambda: issue.create_comment(body)).id)
+
+    def close_pull(self, repo: str, number: int, comment: str | None = None) -> None:
+        """Close a PR, after commenting why when `comment` is given."""
+        full = self._repo_path(repo)
+        if comment:
+            self.comment(repo, number, comment)
+        pr = self._call(f"get pull request {repo}#{number}", lambda: self._gh.get_repo(full).get_pull(int(number)))
+        self._call(f"close pull request {repo}#{number}", lambda: pr.edit(state="closed"))
+
+    @staticmethod
+    def _branch_pull(pr: Any) -> BranchPullRequest:
+        return BranchPullRequest(
+            number=pr.number,
+            title=pr.title or "",
+            body=pr.body or "",
+            head_ref=pr.head.ref,
+            head_sha=pr.head.sha,
+            base_ref=pr.base.ref,
+            author=pr.user.login if pr.user is not None else None,
+            html_url=pr.html_url or "",
+        )
 
     # ------------------------------------------------------------------ internals
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import io
 import logging
 import os
 import re
@@ -91,6 +92,26 @@ def merge_base(repo_dir: Path, a: str, b: str) -> str:
     return bases[0].hexsha if bases else resolve(repo_dir, a)
 
 
+def first_parent_history(repo_dir: Path, rev: str, limit: int) -> list[str]:
+    """The last `limit` commits of `rev`'s first-parent history (a branch as its pushes made it), oldest first."""
+    repo = _open(repo_dir)
+    start = resolve(repo_dir, rev)
+    return [c.hexsha for c in repo.iter_commits(start, first_parent=True, max_count=max(1, int(limit)))][::-1]
+
+
+def commit_parents(repo_dir: Path, rev: str) -> list[str]:
+    """The parent SHAs of a commit."""
+    repo = _open(repo_dir)
+    return [p.hexsha for p in repo.commit(resolve(repo_dir, rev)).parents]
+
+
+def commit_summary(repo_dir: Path, rev: str) -> str:
+    """The first line of a commit's message."""
+    repo = _open(repo_dir)
+    summary = repo.commit(resolve(repo_dir, rev)).summary
+    return summary.decode("utf-8", "replace") if isinstance(summary, bytes) else str(summary)
+
+
 def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]:
     """Repo paths that differ between `base` and `head` (None: the working tree, untracked files included)."""
     repo = _open(repo_dir)
@@ -115,6 +136,14 @@ class FetchedRevisions:
     mirror: Path
     base_sha: str
     head_sha: str
+
+
+@dataclass(frozen=True)
+class BranchHeads:
+    """Where branches of a remote point (None: no such branch); the existing ones are fetched into `mirror`."""
+
+    mirror: Path
+    heads: dict[str, str | None]
 
 
 @dataclass(frozen=True)
@@ -439,6 +468,88 @@ class Mirrors:
     def changed_files(self, mirror: Path, base_sha: str, head_sha: str) -> frozenset[str]:
         """Paths that differ between two fetched commits."""
         return changed_files(mirror, base_sha, head_sha)
+
+    # --- the bot's own branches (fetch, commit, push) ---
+
+    def branch_heads(self, clone_url: str, branches: Sequence[str], token: str | None = None) -> BranchHeads:
+        """Ask the remote where `branches` point (None: no such branch) and fetch those that exist into the mirror."""
+        refs = [_check_ref(f"refs/heads/{b}") for b in branches]
+        with self._session(clone_url, token) as session:
+            created = self._ensure_mirror(session)
+            try:
+                _, out = session.run(["ls-remote", "--", "origin", *refs], remote=True)
+            except GitError:
+                if created:  # a URL that never answered leaves no empty mirror behind
+                    shutil.rmtree(session.mirror, ignore_errors=True)
+                raise
+            found = {}
+            for line in out.splitlines():
+                sha, _, ref = line.partition("\t")
+                if ref in refs and _SHA.fullmatch(sha):
+                    found[ref] = sha.lower()
+            if found:
+                self._fetch_locked(session, list(found))
+        return BranchHeads(session.mirror, {b: found.get(r) for b, r in zip(branches, refs)})
+
+    def commit_file(
+        self,
+        clone_url: str,
+        parent_sha: str,
+        path: str,
+        content: bytes,
+        message: str,
+        author: tuple[str, str],
+        *,
+        reuse: str | None = None,
+    ) -> str:
+        """A commit on `parent_sha` whose only change is `path` := `content` (its file mode kept), by `author`
+        (name, email), written into the mirror; no working tree, no hooks, no signing, no config of ours read.
+
+        When `reuse` (e.g. the bot branch's current head) already is exactly that change, it is returned instead,
+        so an unchanged fix is not pushed again.
+        """
+        from git import Actor, IndexFile
+        from git.index.typ import BaseIndexEntry
+        from git.objects import Blob, Commit
+        from gitdb.base import IStream
+
+        with self._session(clone_url, None) as session:
+            repo = _open(session.mirror)
+            parent = repo.commit(_check_ref(parent_sha))
+            index = IndexFile.new(repo, parent.tree)
+            key = (path, 0)
+            if key not in index.entries:
+                raise GitError(f"{path} is not a file in {parent_sha[:12]}")
+            old = index.entries[key]
+            blob = repo.odb.store(IStream(Blob.type, len(content), io.BytesIO(content)))
+            index.entries[key] = type(old).from_base(BaseIndexEntry((old.mode, blob.binsha, 0, path)))
+            tree = index.write_tree()
+            if reuse is not None:
+                try:
+                    existing = repo.commit(_check_ref(reuse))
+                except (ValueError, git.BadName):
+                    existing = None
+                if existing is not None and existing.tree.hexsha == tree.hexsha and [p.hexsha for p in existing.parents] == [parent.hexsha]:
+                    return existing.hexsha
+            actor = Actor(*author)
+            commit = Commit.create_from_tree(repo, tree, message, parent_commits=[parent], head=False, author=actor, committer=actor)
+            return commit.hexsha
+
+    def push_branch(self, clone_url: str, sha: str, branch: str, token: str | None = None, *, force: bool = True) -> None:
+        """Point the remote's `branch` at `sha` (a commit in the mirror); `force` replaces whatever it held."""
+        ref = _check_ref(f"refs/heads/{branch}")
+        sha = _check_ref(sha)
+        with self._session(clone_url, token) as session:
+            spec = f"{'+' if force else ''}{sha}:{ref}"
+            session.run(["push", "--no-verify", "--quiet", "--", "origin", spec], remote=True)
+
+    def delete_branch(self, clone_url: str, branch: str, token: str | None = None) -> None:
+        """Delete the remote's `branch` (nothing happens when it is already gone)."""
+        ref = _check_ref(f"refs/heads/{branch}")
+        with self._session(clone_url, token) as session:
+            _, out = session.run(["ls-remote", "--", "origin", ref], remote=True)
+            if any(line.partition("\t")[2] == ref for line in out.splitlines()):
+                session.run(["push", "--no-verify", "--quiet", "--", "origin", f":{ref}"], remote=True)
 
     # --- internals ---
 

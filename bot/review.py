@@ -13,6 +13,7 @@ from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine import Analysis, CheckOptions, analyse, build_report
 from bot.errors import UserError
 from bot.kustomize import locate_kustomize
+from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.model import Finding, Severity, TierId
 from bot.report import CheckReport
 from bot.snapshot import build_snapshot
@@ -39,6 +40,8 @@ class ClusterReview:
     changed_files: frozenset[str]
     changed_tiers: frozenset[TierId]
     kustomize_builds: int = 0  # builds actually run (the rest came from the cache)
+    # with a live state: the tiers whose live preconditions were checked (changed ∪ move ends ∪ required)
+    precondition_tiers: frozenset[TierId] = frozenset()
 
     @property
     def new_errors(self) -> int:
@@ -91,8 +94,15 @@ def _with_line(finding: Finding, side: Analysis) -> Finding:
     return finding
 
 
-def review_repository(repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None) -> ClusterReview:
-    """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`."""
+def review_repository(
+    repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None,
+    live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None,
+) -> ClusterReview:
+    """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`.
+
+    With `live` (read beforehand by bot.kube), the change's live merge preconditions are checked too;
+    `fetch_objects` reads the moved objects, which are known only once both sides are rendered.
+    """
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
@@ -109,14 +119,17 @@ def review_repository(repo: Path, cluster: str, base: str, head: str | None = No
             head_sha = gitrepo.export_tree(repo, head, work / "head-export")
             head_snapshot = build_snapshot(work / "head-export", work / "head")
         try:
-            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo)
+            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
         except UserError:
             base_side = None  # the cluster is new in this change
-        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo)
-        return _review(cluster, base_sha, head_sha, base_side, head_side, changed)
+        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo, live=live)
+        return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
 
 
-def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | None, head: Analysis, changed: frozenset[str]) -> ClusterReview:
+def _review(
+    cluster: str, base_sha: str, head_sha: str | None, base: Analysis | None, head: Analysis, changed: frozenset[str],
+    live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None,
+) -> ClusterReview:
     diff = diff_clusters(base.render if base else None, head.render)
     transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
     findings = [*head.report.findings, *transient]
@@ -126,6 +139,11 @@ def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | 
     if base:
         touched |= {tid for tid, tier in base.render.tiers.items() if tier.inputs & changed}
     touched |= diff.changed_tiers()
+    precondition_tiers: frozenset[TierId] = frozenset()
+    if live is not None:
+        precondition_tiers, live_findings = _live_preconditions(cluster, live, fetch_objects, diff, base, head, touched)
+        report = build_report(head.render, head.graph, [*findings, *live_findings])
+        reviewed = mark_new(report.findings, base.report.findings if base else ())
     return ClusterReview(
         cluster=cluster,
         base_sha=base_sha,
@@ -136,4 +154,27 @@ def _review(cluster: str, base_sha: str, head_sha: str | None, base: Analysis | 
         changed_files=changed,
         changed_tiers=frozenset(touched),
         kustomize_builds=head.renderer.builds_run + (base.renderer.builds_run if base else 0),
+        precondition_tiers=precondition_tiers,
     )
+
+
+def _live_preconditions(
+    cluster: str, live: LiveState, fetch_objects: ObjectFetcher | None, diff: ClusterDiff, base: Analysis | None, head: Analysis, touched: set[TierId]
+) -> tuple[frozenset[TierId], list[Finding]]:
+    """The tiers a change touches — changed, losing or gaining moved objects, always-required — judged live."""
+    moves = [Move(c.ref, c.from_tier, c.tier) for c in diff.moves if c.from_tier is not None]
+    required = set(required_tier_ids(head.renderer.config.required_tiers.get(cluster, ())))
+    if base is not None:  # a change cannot drop a requirement for itself
+        required |= required_tier_ids(base.renderer.config.required_tiers.get(cluster, ()))
+    tiers = frozenset(touched | {m.source for m in moves} | {m.destination for m in moves} | required)
+    if moves and live.error is None and fetch_objects is not None:
+        live = live.with_objects(fetch_objects([m.ref for m in moves]))
+    specs = {**(base.graph.specs if base else {}), **head.graph.specs}
+    findings = evaluate_preconditions(
+        live, specs, tiers, moves=moves, expected_absent={*diff.added_tiers, *diff.removed_tiers}
+    )
+    located = [
+        replace(f, location=specs[f.kustomization].origin) if f.object is None and f.kustomization in specs else _with_line(f, head)
+        for f in findings
+    ]
+    return tiers, located

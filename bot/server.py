@@ -11,10 +11,11 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from bot.metrics import CONTENT_TYPE
-from bot.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, parse_body, parse_event, verify_signature
+from bot.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, PushEvent, parse_body, parse_event, verify_signature
 from handlers.comment import on_comment
 from handlers.context import BotContext
 from handlers.pull_request import on_pull_request
+from handlers.push import on_push
 
 log = logging.getLogger(__name__)
 SEEN_DELIVERIES = 10_000  # GitHub redelivers with the same X-GitHub-Delivery; remember this many
@@ -94,6 +95,8 @@ class WebhookApp:
             return lambda: on_comment(event, self.bot)
         if isinstance(event, PullRequestEvent):
             return lambda: on_pull_request(event, self.bot)
+        if isinstance(event, PushEvent):
+            return lambda: on_push(event, self.bot)
         return None
 
     def _remember(self, delivery: str) -> None:

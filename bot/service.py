@@ -60,6 +60,7 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None) ->
         options=CheckOptions(timeout=config.limits.kustomize_timeout),
         run_timeout=config.limits.run_timeout,
         target_url=config.public_url,
+        service_config=config,
     )
     bot = BotContext(config=config, github=adapter, runner=runner, metrics=metrics)
     readiness = Readiness()

@@ -26,6 +26,15 @@ class ClusterPolicy:
     name: str
     automatic: bool = True
     permission: str = "write"
+    # How to read the cluster for live preconditions (read-only); none set: no live checks.
+    kubeconfig: str | None = None  # a kubeconfig file (e.g. a mounted Secret)
+    context: str | None = None  # its context (default: current-context)
+    in_cluster: bool = False  # the pod's own service account (deploy/rbac.yaml)
+
+    @property
+    def live(self) -> bool:
+        """Whether this cluster's live state is read on each run."""
+        return bool(self.kubeconfig or self.in_cluster)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,26 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class GitIdentity:
+    """Who the bot's commits (e.g. the tier order follow-up PRs) are by: author and committer."""
+
+    name: str = "fluxwarden[bot]"
+    email: str = "fluxwarden[bot]@users.noreply.github.com"
+
+
+def _git_identity(raw: Any, env: Mapping[str, str]) -> GitIdentity:
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("`git` must be a mapping with `name` and `email`")
+    name = env.get("FLUXWARDEN_GIT_NAME") or raw.get("name") or GitIdentity.name
+    email = env.get("FLUXWARDEN_GIT_EMAIL") or raw.get("email") or GitIdentity.email
+    for key, value in (("name", name), ("email", email)):
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "<>\n\r\0"):
+            raise ConfigError(f"git.{key} must be a non-empty string without <, > or line breaks")
+    return GitIdentity(name=name.strip(), email=email.strip())
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     """Everything `fluxwarden serve` needs."""
 
@@ -68,6 +97,7 @@ class ServiceConfig:
     port: int = 8080
     cache_dir: Path = Path("/var/cache/fluxwarden")
     public_url: str | None = None  # for status target links
+    git_identity: GitIdentity = field(default_factory=GitIdentity)  # author/committer of the bot's commits
 
     def repo(self, full_name: str) -> RepoPolicy | None:
         """The policy of an allowlisted repository (case-insensitive, like GitHub names)."""
@@ -100,7 +130,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
             raise ConfigError(str(exc)) from None
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} must be a mapping")
-    known = {"webhook", "github", "repos", "limits", "listen", "cache_dir", "public_url"}
+    known = {"webhook", "github", "repos", "limits", "listen", "cache_dir", "public_url", "git"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown key(s) in {path}: {', '.join(sorted(unknown))}")
@@ -142,6 +172,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         port=int(env.get("FLUXWARDEN_PORT") or listen.get("port", 8080)),
         cache_dir=Path(env.get("FLUXWARDEN_CACHE_DIR") or doc.get("cache_dir") or "/var/cache/fluxwarden"),
         public_url=env.get("FLUXWARDEN_PUBLIC_URL") or doc.get("public_url"),
+        git_identity=_git_identity(doc.get("git"), env),
     )
 
 
@@ -155,7 +186,16 @@ def _repo(raw: Any) -> RepoPolicy:
         permission = spec.get("permission", default_permission)
         if permission not in PERMISSION_ORDER:
             raise ConfigError(f"repo {raw['name']} cluster {name}: permission must be one of {', '.join(PERMISSION_ORDER)}")
-        clusters.append(ClusterPolicy(str(name), bool(spec.get("automatic", True)), permission))
+        kubeconfig, context = spec.get("kubeconfig"), spec.get("context")
+        for key, value in (("kubeconfig", kubeconfig), ("context", context)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"repo {raw['name']} cluster {name}: `{key}` must be a non-empty string")
+        if context and not kubeconfig:
+            raise ConfigError(f"repo {raw['name']} cluster {name}: `context` needs `kubeconfig`")
+        in_cluster = bool(spec.get("in_cluster", False))
+        if in_cluster and kubeconfig:
+            raise ConfigError(f"repo {raw['name']} cluster {name}: set either `kubeconfig` or `in_cluster`, not both")
+        clusters.append(ClusterPolicy(str(name), bool(spec.get("automatic", True)), permission, kubeconfig, context, in_cluster))
     return RepoPolicy(
         name=raw["name"],
         clusters=tuple(clusters),

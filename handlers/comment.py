@@ -10,6 +10,7 @@ from bot.commands import CommandError, FixTierOrderCommand, HelpCommand, Prechec
 from bot.errors import InfraError
 from bot.webhook import CommentEvent
 from handlers.context import BotContext
+from handlers.fix_tier_order import on_fix_tier_order
 from handlers.help import help_reply
 from handlers.precheck import PrecheckPlan
 
@@ -28,14 +29,16 @@ class CommentOutcome:
 
 async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
     """Handle the commands in one PR comment; replies are keyed by the comment id, so a redelivery edits, not repeats."""
-    if not event.is_pull_request:
-        return CommentOutcome(ignored="not a pull request")
+    if not event.is_pull_request and "fix-tier-order" not in event.body:
+        return CommentOutcome(ignored="not a pull request")  # on issues, only /fluxwarden fix-tier-order is read
     if event.author_type == "Bot":
         return CommentOutcome(ignored="comment by a bot")
     policy = bot.config.repo(event.repo.full_name)
     if policy is None:
         return CommentOutcome(ignored="repository not allowlisted")
     commands = parse_commands(event.body, policy.cluster_names)
+    if not event.is_pull_request and not any(isinstance(c, FixTierOrderCommand) for c in commands):
+        return CommentOutcome(ignored="not a pull request")
     if not commands:
         return CommentOutcome(ignored="no command")
     replies: list[str] = []
@@ -48,7 +51,14 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
             replies.append(help_reply(policy))
             accepted = True
         elif isinstance(command, FixTierOrderCommand):
-            replies.append("`/fluxwarden fix-tier-order` is not available yet.")
+            reply, started = await on_fix_tier_order(event, bot)
+            if reply:
+                replies.append(reply)
+            if started:
+                scheduled.append("fix-tier-order")
+            accepted = accepted or started
+        elif isinstance(command, PrecheckCommand) and not event.is_pull_request:
+            replies.append("`/precheck` works on pull requests only.")
         elif isinstance(command, PrecheckCommand):
             reply, clusters = await _precheck(event, command, bot)
             if reply:

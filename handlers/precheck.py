@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
@@ -21,6 +21,11 @@ from bot.model import Severity
 from bot.review import ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
+
+if TYPE_CHECKING:
+    from bot.kube import ClusterAccess
+    from bot.live import LiveState
+    from bot.service_config import ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +122,31 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     """The review itself: comment parts, and a status from the findings this PR adds."""
     parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
     verdict = review_verdict(review)
+    stopped = resource_failure(review)
     if review.new_errors:
         status = Status("failure", f"{review.new_errors} new error(s) in {review.cluster}")
+    elif stopped is not None:
+        # Killed or timed out on both sides pairs up as "pre-existing": never let that read as success.
+        status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
+        head, _, rest = parts[0].partition("\n")
+        parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {stopped}. Re-run with `/precheck {review.cluster}`.\n\n{rest}", *parts[1:])
     else:
         status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
-    conclusion = "failure" if review.new_errors else ("neutral" if verdict == Severity.WARNING else "success")
+    conclusion = "failure" if review.new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
+
+
+# bot.kustomize.run_build's messages when a build was stopped by a limit, not failed by its input.
+RESOURCE_FAILURES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded")
+
+
+def resource_failure(review: ClusterReview) -> str | None:
+    """`tier: message` of a head-side build stopped by a limit (killed, timed out), new or pre-existing."""
+    for reviewed in review.findings:
+        f = reviewed.finding
+        if f.check == "render-failed" and f.message.startswith(RESOURCE_FAILURES):
+            return f"{f.kustomization}: {f.message}" if f.kustomization else f.message
+    return None
 
 
 def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredState:
@@ -145,6 +169,7 @@ class PrecheckRunner:
     options: CheckOptions = field(default_factory=CheckOptions)
     run_timeout: float = 900.0
     target_url: str | None = None
+    service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster."""
@@ -162,7 +187,7 @@ class PrecheckRunner:
         self.metrics.queue_depth.set(self.queue.depth)
         await self._reconcile(plan, cluster, running_state(plan, cluster))
         try:
-            review = await asyncio.wait_for(asyncio.to_thread(self._review, plan, cluster), timeout=self.run_timeout)
+            review = await asyncio.wait_for(self._live_review(plan, cluster), timeout=self.run_timeout)
             desired = result_state(review, link_base=f"https://github.com/{plan.repo}/blob/{plan.head_sha}")
             verdict = desired.status.state
         except asyncio.TimeoutError:
@@ -180,7 +205,27 @@ class PrecheckRunner:
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
 
-    def _review(self, plan: PrecheckPlan, cluster: str) -> ClusterReview:
+    def live_access(self, repo: str, cluster: str) -> "ClusterAccess | None":
+        """How to read `cluster` live, when the service config says so."""
+        policy_repo = self.service_config.repo(repo) if self.service_config else None
+        policy = policy_repo.cluster(cluster) if policy_repo else None
+        if policy is None or not policy.live:
+            return None
+        from bot.kube import ClusterAccess  # kubernetes-asyncio: only when a cluster is read live
+
+        return ClusterAccess(kubeconfig=Path(policy.kubeconfig) if policy.kubeconfig else None, context=policy.context, in_cluster=policy.in_cluster)
+
+    async def _live_review(self, plan: PrecheckPlan, cluster: str) -> ClusterReview:
+        """Read the cluster's live state (when configured; a failed read is recorded, not raised), then review in a thread."""
+        access = self.live_access(plan.repo, cluster)
+        live = None
+        if access is not None:
+            from bot.kube import read_live_state
+
+            live = await read_live_state(access, cluster)
+        return await asyncio.to_thread(self._review, plan, cluster, live, access)
+
+    def _review(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None" = None, access: "ClusterAccess | None" = None) -> ClusterReview:
         """Fetch base and head into the mirror and review the change (blocking; runs in a thread)."""
         token = self.github.installation_token()
         fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head", token)
@@ -190,7 +235,14 @@ class PrecheckRunner:
 
         # Review what the PR changes: from the merge base, as GitHub's "Files changed" does.
         base = merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
-        return review_repository(fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir)
+        fetch_objects = None
+        if access is not None:
+            from bot.kube import ObjectReader
+
+            fetch_objects = ObjectReader(access)  # moved objects: read in this thread, on its own loop
+        return review_repository(
+            fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects
+        )
 
     async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState) -> None:
         """Make GitHub show `desired` (comment edited in place, status, check run); GitHub errors are logged and counted."""

@@ -575,3 +575,23 @@ def test_seed_incident_pre_fix_is_second_order_crd(tmp_path, capsys):
     assert cli_main(["check", "--repo", str(root), "--cluster", "prod"]) == 1
     out = capsys.readouterr().out
     assert "second-order-crd" in out and "flux-system/platform-config" in out
+
+
+def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
+    """A tier only prod has may be listed; dev's check must not call it unknown (one list serves both)."""
+    from tests.fluxrepo import dump, ks, kustomization, write_tree
+
+    files = {
+        ".fluxwarden.yaml": "clusters: {dev: {path: clusters/dev}, prod: {path: clusters/prod}}\ntier_order: {file: standup.sh, variable: TIERS}\n",
+        "standup.sh": "TIERS=(base prod-only)\n",
+        "clusters/dev/kustomization.yaml": kustomization("base.yaml"),
+        "clusters/dev/base.yaml": dump(ks("base", "./base")),
+        "clusters/prod/kustomization.yaml": kustomization("base.yaml", "prod-only.yaml"),
+        "clusters/prod/base.yaml": dump(ks("base", "./base")),
+        "clusters/prod/prod-only.yaml": dump(ks("prod-only", "./base", depends_on=["base"])),
+        "base/kustomization.yaml": kustomization(),
+    }
+    write_tree(tmp_path, files)
+    for cluster in ("dev", "prod"):
+        report = check_repository(tmp_path, cluster)
+        assert [f for f in report.findings if f.check == "tier-order-stale"] == []

@@ -94,8 +94,16 @@ def tier_order_stale(ctx: CheckContext) -> Iterator[Finding]:
         yield Finding("tier-order-stale", Severity.WARNING, f"{setting.file}: {exc}", location=where)
         return
     entry = ctx.render_entry
-    tiers = [t for t in ctx.graph.nodes if t != entry]
-    deps = {t.name: {d.name for d in ctx.graph.deps[t] if d != entry} for t in tiers}
+    # One list serves every cluster (bootstrap scripts take the cluster as an argument), so it is
+    # judged against the union of the clusters' graphs, as `fluxwarden tier-order` computes it.
+    deps: dict[str, set[str]] = {}
+    tiers: list = []
+    for graph in (ctx.graph, *ctx.other_graphs.values()):
+        for t in graph.nodes:
+            if t == entry:
+                continue
+            tiers.append(t)
+            deps.setdefault(t.name, set()).update(d.name for d in graph.deps[t] if d != entry)
     lines = {e.name: e.line for e in order.entries}
     for reason in stale_reasons(order.names, deps):
         tier = next((t for t in tiers if t.name == reason.tier), None)

@@ -1,0 +1,100 @@
+"""The webhook service with a live cluster: prod's kubeconfig points at the fake Kubernetes API.
+
+Same harness as tests/test_service.py (signed deliveries, real PyGithub against the fake GitHub, a real
+git origin holding the seed's PR); the run reads prod live before reviewing, and the moved
+StorageProfiles from its worker thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from bot.github import GitHubAdapter, GitHubAuth
+from bot.service import build_service
+from bot.service_config import ClusterPolicy, RepoPolicy, ServiceConfig
+from tests.fakes.github import FakeGitHub
+from tests.fakes.kube import kustomization
+from tests.test_kube import closed_port
+from tests.test_live import NOT_READY, seed_cluster
+from tests.test_service import BOT_TOKEN, REPO, SECRET, Harness, Origin, payload
+
+INVENTORY = ("_longhorn-vm_cdi.kubevirt.io_StorageProfile", "_longhorn-static_cdi.kubevirt.io_StorageProfile")
+
+
+@pytest.fixture
+def start(tmp_path: Path):
+    """`async with start(origin, kubeconfig)`: the service, with prod read live through `kubeconfig`."""
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def run(origin: Origin, kubeconfig: Path) -> AsyncIterator[Harness]:
+        async with FakeGitHub() as fake:
+            fake.add_user("fluxwarden-bot", token=BOT_TOKEN, type="Bot")
+            repo = fake.add_repo(REPO, clone_url=str(origin.bare))
+            repo.next_number = 7
+            fake.add_pull(REPO, head_sha=origin.head, base_sha=origin.main, head_ref="feat/cdi-tier-order", author="alice")
+            config = ServiceConfig(
+                webhook_secret=SECRET,
+                github=GitHubAuth(token=BOT_TOKEN, api_url=fake.base_url),
+                repos=(RepoPolicy(REPO, clusters=(ClusterPolicy("prod", kubeconfig=str(kubeconfig), context="prod-admin"),), clone_url=str(origin.bare)),),
+                cache_dir=tmp_path / "cache",
+            )
+            adapter = GitHubAdapter(config.github, min_write_interval=0, backoff=0.05, bot_login="fluxwarden-bot")
+            service = build_service(config, github=adapter)
+            async with TestClient(TestServer(service.app())) as client:
+                yield Harness(client, fake, service, origin)
+
+    return run
+
+
+async def precheck(h: Harness) -> str:
+    await h.deliver("pull_request", payload("pull_request.opened", head=h.origin.head, base=h.origin.main))
+    await h.settle()
+    [comment] = h.comments("fluxwarden:precheck:prod")
+    return comment.body
+
+
+@pytest.mark.parametrize("ready", [False, True], ids=["platform-config-not-ready", "platform-config-ready"])
+async def test_live_preconditions_decide_the_status(tmp_path: Path, start, ready: bool) -> None:
+    origin = Origin(tmp_path)
+    status = {} if ready else NOT_READY
+    cluster = seed_cluster(origin.main, platform_config=kustomization("platform-config", revision=f"main@sha1:{origin.main}", inventory=INVENTORY, **status))
+    async with cluster:
+        kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin")
+        async with start(origin, kubeconfig) as h:
+            body = await precheck(h)
+            states = h.states(origin.head, "fluxwarden/prod")
+    if ready:
+        assert states == ["pending", "success"]
+        assert "precondition-failed" not in body and "precondition-unknown" not in body
+    else:
+        assert states == ["pending", "failure"]
+        assert "precondition-failed" in body
+        assert "flux-system/platform-config is not ready to take this change" in body
+        assert "DependencyNotReady" in body
+    assert {m for m, _, _ in cluster.requests} == {"GET"}
+    assert any(p.endswith("/storageprofiles/longhorn-vm") for _, p, _ in cluster.requests)  # read from the worker thread
+
+
+@pytest.mark.parametrize("failure", ["unreachable", "expired-credential"])
+async def test_unreadable_cluster_fails_the_status(tmp_path: Path, start, failure: str) -> None:
+    origin = Origin(tmp_path)
+    cluster = seed_cluster(origin.main)
+    async with cluster:
+        if failure == "unreachable":
+            kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin", server=f"http://127.0.0.1:{closed_port()}")
+        else:
+            kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin", token="expired")
+        async with start(origin, kubeconfig) as h:
+            body = await precheck(h)
+            states = h.states(origin.head, "fluxwarden/prod")
+    assert states == ["pending", "failure"]  # never success, never a crashed run
+    assert "precondition-unknown" in body and "Traceback" not in body
+    if failure == "unreachable":
+        assert "cannot reach the API server" in body
+    else:
+        assert "401 Unauthorized" in body and "expired" in body
