@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
-FORMAT = 1  # bump when the cached shape changes
+FORMAT = 2  # bump when the cached shape changes
 
 
 def default_cache_dir() -> Path:

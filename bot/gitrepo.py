@@ -20,6 +20,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
@@ -63,17 +64,47 @@ def resolve(repo_dir: Path, rev: str) -> str:
 
 
 def export_tree(repo_dir: Path, rev: str, dest: Path) -> str:
-    """Write the files of `rev` into `dest` (symlinks as symlinks, for the snapshot to judge); return its SHA."""
+    """Write the files of `rev` into `dest` (symlinks as symlinks, for the snapshot to judge); return its SHA.
+
+    One `git archive` stream instead of a blob read per file (~10x faster on a large repo). We
+    extract it ourselves rather than with tarfile.extractall: every member is created below
+    `dest` with no path component that is a symlink, so nothing is ever written outside it.
+    """
     repo = _open(repo_dir)
-    commit = repo.commit(resolve(repo_dir, rev))
+    sha = resolve(repo_dir, rev)
     dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    commit = repo.commit(sha)
+    if _has_export_attributes(commit):
+        # `export-ignore`/`export-subst` would make git archive differ from the artifact Flux
+        # builds (source-controller clones): a PR could hide a file from the check that way.
+        _export_blobs(commit, root)
+        return sha
+    with tempfile.TemporaryFile() as stream:
+        repo.git.archive("--format=tar", sha, output_stream=stream)
+        stream.seek(0)
+        with tarfile.open(fileobj=stream, mode="r:") as archive:
+            for member in archive:
+                _extract_member(archive, member, root)
+    return sha
+
+
+def _has_export_attributes(commit: git.Commit) -> bool:
+    return any(
+        item.type == "blob" and item.name == ".gitattributes" and b"export-" in item.data_stream.read()
+        for item in commit.tree.traverse()
+    )
+
+
+def _export_blobs(commit: git.Commit, root: Path) -> None:
+    """The slow, attribute-blind export: one blob at a time."""
     for item in commit.tree.traverse():
         if item.type == "tree":
-            (dest / item.path).mkdir(parents=True, exist_ok=True)
+            (root / item.path).mkdir(parents=True, exist_ok=True)
             continue
         if item.type != "blob":
             continue  # submodules (commits) are not part of a Flux artifact
-        target = dest / item.path
+        target = root / item.path
         target.parent.mkdir(parents=True, exist_ok=True)
         data = item.data_stream.read()
         if item.mode == SYMLINK_MODE:
@@ -82,7 +113,29 @@ def export_tree(repo_dir: Path, rev: str, dest: Path) -> str:
             target.write_bytes(data)
             if item.mode & stat.S_IXUSR:
                 target.chmod(0o755)
-    return commit.hexsha
+
+
+def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
+    name = member.name.rstrip("/")
+    if not name or name.startswith("/") or ".." in Path(name).parts:
+        return  # git never writes these; refuse rather than trust
+    target = root / name
+    parent = target.parent
+    if parent != root and (parent.is_symlink() or not str(parent.resolve()).startswith(str(root) + os.sep)):
+        return  # a member below a symlink would be written through it
+    if member.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+    elif member.issym():
+        parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(member.linkname, target)
+    elif member.isfile():
+        parent.mkdir(parents=True, exist_ok=True)
+        source = archive.extractfile(member)
+        assert source is not None
+        with open(target, "wb") as out:
+            shutil.copyfileobj(source, out)
+        if member.mode & stat.S_IXUSR:
+            target.chmod(0o755)
 
 
 def merge_base(repo_dir: Path, a: str, b: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import binascii
 import itertools
 import json
@@ -59,16 +60,48 @@ class RawDocument:
         return ((self.body.get("metadata") or {}).get("annotations") or {}).get(SUBSTITUTE_ANNOTATION) == "disabled"
 
 
+class CachedDocuments(Sequence[RawDocument]):
+    """A cached build's documents, unpickled only when a tier must really be finished again."""
+
+    def __init__(self, cache: BuildCache, key: str) -> None:
+        self._cache, self._key, self._docs = cache, key, None
+
+    def _load(self) -> tuple[RawDocument, ...]:
+        if self._docs is None:
+            loaded = self._cache.get(self._key)
+            if loaded is None:  # evicted between the lookup and now
+                raise InputError("a cached build disappeared while it was in use; run again")
+            self._docs = tuple(loaded)
+        return self._docs
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._load()[index]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._load())
+
+
 @dataclass(frozen=True)
 class RawTier:
     """kustomize's output for one tier, or why there is none."""
 
     spec: TierSpec
-    documents: tuple[RawDocument, ...] = ()
+    documents: Sequence[RawDocument] = ()
     inputs: frozenset[str] = frozenset()
     findings: tuple[Finding, ...] = ()
     failed: bool = False
     content_key: str | None = None  # the build cache key: equal keys, equal output
+    config_documents: tuple[RawDocument, ...] | None = None  # its ConfigMaps/Secrets (substitution sources)
+
+    @property
+    def substitution_sources(self) -> Sequence[RawDocument]:
+        """The ConfigMaps and Secrets of the build, without loading the rest from the cache."""
+        if self.config_documents is not None:
+            return self.config_documents
+        return [d for d in self.documents if d.body is not None and _CONFIG_KIND.search(d.text)]
 
 
 @dataclass(frozen=True)
@@ -84,6 +117,7 @@ class RenderedTier:
     variables: frozenset[str] = frozenset()
     undefined: Mapping[str, tuple[Manifest, ...]] = field(default_factory=dict)
     inputs: frozenset[str] = frozenset()  # repo paths the build read
+    token_candidates: frozenset[int] | None = None  # indices of manifests whose text has `${`; None: unknown
 
 
 @dataclass(frozen=True)
@@ -177,9 +211,9 @@ class Renderer:
         cache_key = None
         if self.cache is not None:
             cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
-            cached = self.cache.get(cache_key)
-            if cached is not None:
-                return RawTier(spec, documents=cached, inputs=inputs, content_key=cache_key)
+            sources = self.cache.get(cache_key + "-sources")
+            if sources is not None:
+                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
@@ -193,6 +227,8 @@ class Renderer:
         self.builds_run += 1
         if cache_key is not None:
             self.cache.put(cache_key, tuple(documents))
+            # Written last: its presence says the build entry is complete.
+            self.cache.put(cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
         return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
 
     def _parse(self, text: str) -> list[RawDocument]:
@@ -269,7 +305,7 @@ class Renderer:
                         raw = future.result()
                         built[raw.spec.id] = raw
                         findings.extend(raw.findings)
-                        for doc in raw.documents:
+                        for doc in raw.substitution_sources:
                             ref = _ref(doc.body) if doc.body is not None else None
                             if ref and ref.kind in ("ConfigMap", "Secret"):
                                 objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
@@ -329,8 +365,9 @@ class Renderer:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), findings
         variables, secret_names, open_set = self._variables(spec, objects, findings)
         memo_key = self._memo_key(raw, variables, secret_names, open_set, graph_only)
-        if memo_key is not None and memo_key in self.finish_memo:  # type: ignore[operator]
-            rendered, memo_findings = self.finish_memo[memo_key]  # type: ignore[index]
+        remembered = self._remembered(memo_key)
+        if remembered is not None:
+            rendered, memo_findings = remembered
             return replace(rendered, spec=spec, inputs=raw.inputs), list(memo_findings)
         bad_names = envsubst.check_variable_names(variables)
         if bad_names:
@@ -345,6 +382,7 @@ class Renderer:
         failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux
         documents = [d for d in raw.documents if _FLUX_KUSTOMIZATION.search(d.text)] if graph_only else raw.documents
         prepared = self._prepare(documents, substituting, masked, spec, findings)
+        candidates: list[int] = []
         for doc, prepared_doc in zip(documents, prepared):
             if prepared_doc is None:
                 failed = True
@@ -362,6 +400,8 @@ class Renderer:
                     _failed(spec.id, f"{ref} is SOPS-encrypted but the Kustomization has no spec.decryption; the apply fails", origin)
                 )
                 failed = True
+            if "${" in doc.text:
+                candidates.append(len(manifests))
             manifests.append(manifest)
             for name in used_undefined:
                 undefined.setdefault(name, []).append(manifest)
@@ -375,10 +415,33 @@ class Renderer:
             variables=frozenset(variables),
             undefined={k: tuple(v) for k, v in undefined.items()},
             inputs=raw.inputs,
+            token_candidates=frozenset(candidates),
         )
         if memo_key is not None:
-            self.finish_memo[memo_key] = (rendered, list(findings))  # type: ignore[index]
+            self._remember(memo_key, rendered, findings)
         return rendered, findings
+
+    def _finished_key(self, memo_key: str) -> str:
+        return "finished-" + hashlib.sha256(memo_key.encode()).hexdigest()
+
+    def _remembered(self, memo_key: str | None) -> tuple[RenderedTier, list[Finding]] | None:
+        """A finished tier from this review's memory, else from the disk cache (keyed by content and variables)."""
+        if memo_key is None:
+            return None
+        if self.finish_memo is not None and memo_key in self.finish_memo:
+            return self.finish_memo[memo_key]
+        if self.cache is None:
+            return None
+        stored = self.cache.get(self._finished_key(memo_key))
+        if stored is not None and self.finish_memo is not None:
+            self.finish_memo[memo_key] = stored
+        return stored
+
+    def _remember(self, memo_key: str, rendered: RenderedTier, findings: list[Finding]) -> None:
+        if self.finish_memo is not None:
+            self.finish_memo[memo_key] = (rendered, list(findings))
+        if self.cache is not None:
+            self.cache.put(self._finished_key(memo_key), (rendered, list(findings)))
 
     def _prepare(
         self, documents: Sequence[RawDocument], substituting: bool, masked: Mapping[str, str], spec: TierSpec, findings: list[Finding]
@@ -424,7 +487,7 @@ class Renderer:
 
     def _memo_key(self, raw: RawTier, variables: Mapping[str, str], secret_names: set[str], open_set: bool, graph_only: bool) -> str | None:
         """Everything `_finish` reads besides `raw.documents` (named by its content key)."""
-        if self.finish_memo is None or raw.content_key is None:
+        if raw.content_key is None:
             return None
         spec = raw.spec
         return json.dumps(

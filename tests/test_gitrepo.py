@@ -382,3 +382,38 @@ def test_missing_git_is_a_git_error(mirrors: Mirrors, origin: Origin, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(GitError, match="not found on PATH"):
         mirrors.fetch(origin.url, ["refs/heads/main"])
+
+
+def test_export_ignores_export_attributes(tmp_path: Path) -> None:
+    """A PR cannot hide a file from the check with `export-ignore` (Flux clones; it does not `git archive`)."""
+    from bot.gitrepo import export_tree
+    from tests.gitrepo import init_repo
+
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / ".gitattributes").write_text("hidden.yaml export-ignore\nsubst.txt export-subst\n")
+    (root / "hidden.yaml").write_text("kind: ConfigMap\n")
+    (root / "subst.txt").write_text("$Format:%H$\n")
+    (root / "link").symlink_to("/etc/passwd")
+    repo = init_repo(root)
+    out = tmp_path / "out"
+    export_tree(root, repo.head.commit.hexsha, out)
+    assert (out / "hidden.yaml").read_text() == "kind: ConfigMap\n"
+    assert (out / "subst.txt").read_text() == "$Format:%H$\n"
+    assert os.readlink(out / "link") == "/etc/passwd"
+
+
+def test_export_by_archive_keeps_symlinks_and_modes(tmp_path: Path) -> None:
+    from bot.gitrepo import export_tree
+    from tests.gitrepo import init_repo
+
+    root = tmp_path / "r"
+    (root / "d").mkdir(parents=True)
+    (root / "d/run.sh").write_text("#!/bin/sh\n")
+    (root / "d/run.sh").chmod(0o755)
+    (root / "d/in-repo").symlink_to("run.sh")
+    repo = init_repo(root)
+    out = tmp_path / "out"
+    export_tree(root, repo.head.commit.hexsha, out)
+    assert os.access(out / "d/run.sh", os.X_OK)
+    assert os.readlink(out / "d/in-repo") == "run.sh"

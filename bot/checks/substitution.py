@@ -51,7 +51,9 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
             if tier.spec.has_post_build
             else "it has no spec.postBuild"
         )
-        for manifest in tier.manifests:
+        # Only objects whose rendered text had a `${` can hold a token; the renderer noted which.
+        candidates = tier.manifests if tier.token_candidates is None else [tier.manifests[i] for i in sorted(tier.token_candidates)]
+        for manifest in candidates:
             if manifest.annotations.get(SUBSTITUTE_ANNOTATION) == "disabled":
                 continue
             tokens = literal_tokens(manifest)
