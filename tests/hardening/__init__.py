@@ -1,0 +1,1 @@
+"""Hardening suite: bad input, malicious repositories, faults and load against the real service."""

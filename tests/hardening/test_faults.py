@@ -1,0 +1,155 @@
+"""Faults during a run: GitHub 5xx, rate limits and timeouts, git fetch failure, kustomize killed or timed out.
+
+Each ends with a correct final status (never `success` by accident, never left `pending`) and exactly one
+comment per cluster marker.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fluxrepo import dump, obj
+from tests.hardening.harness import (
+    BOT_TOKEN,
+    REPO,
+    Origin,
+    comment_payload,
+    fake_traffic,
+    kustomize_wrapper,
+    open_pull,
+    pr_payload,
+    wait_for,
+)
+
+
+def change(origin: Origin, number: int = 1, greeting: str = "bye") -> str:
+    """A harmless PR: the ConfigMap's data changes."""
+    return origin.pull(number, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": greeting}))})
+
+
+@pytest.fixture
+def pr(origin: Origin, fake) -> str:
+    head = change(origin)
+    open_pull(fake, origin, 1, head)
+    return head
+
+
+def one_comment(h, number: int = 1) -> str:
+    comments = h.comments(number)
+    assert len(comments) == 1, [c.body[:80] for c in comments]
+    return comments[0].body
+
+
+async def test_github_5xx_bursts_are_retried(start, origin: Origin, fake, pr: str) -> None:
+    fake.inject("GET", r"/issues/1/comments$", status=500, times=2)
+    fake.inject("POST", r"/issues/1/comments$", status=502, times=3)
+    fake.inject("POST", r"/statuses/", status=503, times=3)
+    fake.inject("PATCH", r"/issues/comments/", status=504, times=3)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        await h.settle()
+        assert h.states(pr) == ["pending", "success"]
+        assert "new warning" in one_comment(h) or "no new" in one_comment(h) or "✅" in one_comment(h)
+        failed = [r.status for r in fake.requests if r.status >= 500]
+        assert sorted(failed) == [500, 500, 502, 502, 502, 503, 503, 503, 504, 504, 504]
+        assert await h.metric("fluxwarden_github_api_errors_total") == 0  # every call got through in the end
+        assert await h.healthy()
+
+
+async def test_github_rate_limits_are_waited_out(start, origin: Origin, fake, pr: str) -> None:
+    fake.inject("POST", r"/statuses/", rate_limit="primary", reset_in=1.0)
+    fake.inject("PATCH", r"/issues/comments/", rate_limit="secondary", retry_after=1.0)
+    started = time.monotonic()
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        await h.settle()
+        assert h.states(pr) == ["pending", "success"]
+        one_comment(h)
+        assert time.monotonic() - started >= 1.0
+        assert {r.status for r in fake.requests if r.fault in ("rate_limit", "secondary_rate_limit", "quota")} == {403}
+
+
+async def test_github_timeouts_leave_no_duplicate_comment(start, origin: Origin, fake, pr: str) -> None:
+    """A create that times out still happens on GitHub, after the retry made a second comment.
+
+    When it lands before the run's final reconcile, that reconcile deletes it; when it lands later (here: 3 s
+    late, the run takes ~1 s), the stale "running" copy stays until the PR's next reconcile (any delivery for
+    it, `/precheck`, or a restart) deletes it. Statuses are unaffected: a retried status is idempotent.
+    """
+    fake.inject("POST", r"/issues/1/comments$", delay=3.0)
+    async with start(adapter={"timeout": 1}) as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        await h.settle()
+        assert h.states(pr) == ["pending", "success"]
+        await wait_for(lambda: len(fake.find_effects("POST", r"/issues/1/comments$")) == 2, timeout=10)
+        assert len(h.comments(1)) in (1, 2)
+        made = fake.add_comment(REPO, 1, "/precheck prod", user="bob")
+        await h.deliver("issue_comment", comment_payload(1, made.id, "/precheck prod"))
+        await h.settle()
+        one_comment(h)
+        assert h.states(pr) == ["pending", "success", "pending", "success"]
+        assert len(fake.find_effects("DELETE", r"/issues/comments/")) == 1, "the duplicate was deleted"
+
+
+async def test_github_outage_past_the_retries_is_recovered_on_restart(start, origin: Origin, fake, pr: str, tmp_path: Path, monkeypatch) -> None:
+    """GitHub down longer than the retry budget: the status stays pending; the next process to start re-runs it."""
+    started = tmp_path / "kustomize-started"
+    wrapper = kustomize_wrapper(tmp_path, "mark", f'/bin/touch {started}\nreal "$@"\n')
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(wrapper))
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        assert await wait_for(started.exists, timeout=30)
+        fake.inject("POST", r"/statuses/", status=503, times=1000)  # the outage starts mid-run
+        await h.settle()
+        assert h.states(pr) == ["pending"], "the final status could not be set"
+        assert await h.metric("fluxwarden_github_api_errors_total", operation="status") == 1
+    fake.faults.clear()  # GitHub is back; a replica (or this one after a restart) starts
+    async with start() as h:
+        await h.settle()
+        assert h.states(pr) == ["pending", "pending", "success"]
+        one_comment(h)
+
+
+async def test_git_fetch_failure_is_an_error_then_recovers(start, origin: Origin, fake, pr: str) -> None:
+    hidden = origin.bare.with_name("origin-away.git")
+    origin.bare.rename(hidden)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        await h.settle()
+        assert h.states(pr) == ["pending", "error"]
+        body = one_comment(h)
+        assert "could not run" in body and "infrastructure error" in body
+        assert BOT_TOKEN not in fake_traffic(fake)
+        hidden.rename(origin.bare)
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main, "synchronize"))
+        await h.settle()
+        assert h.states(pr) == ["pending", "error", "pending", "success"]
+        one_comment(h)
+
+
+@pytest.mark.parametrize(
+    "script,limits,words",
+    [
+        pytest.param("kill -9 $$\n", {}, "kustomize was killed by signal 9", id="killed"),
+        pytest.param("exec /bin/sleep 20\n", {"kustomize_timeout": 0.5}, "timed out after 0.5s", id="timed-out"),
+    ],
+)
+async def test_kustomize_stopped_is_an_error_never_success(start, origin: Origin, fake, pr: str, tmp_path: Path, monkeypatch, script: str, limits: dict, words: str) -> None:
+    """Killed (OOM killer, a signal) or timed out on both sides pairs up as "pre-existing": still not a verdict."""
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(kustomize_wrapper(tmp_path, "stopped", script)))
+    async with start(**limits) as h:
+        await h.deliver("pull_request", pr_payload(1, pr, origin.main))
+        await h.settle()
+        assert h.states(pr) == ["pending", "error"]
+        body = one_comment(h)
+        assert words in body and "Not a verdict" in body
+        assert await h.healthy()
+        # kustomize is fine again: a /precheck gives the verdict, in the same comment.
+        monkeypatch.delenv("FLUXWARDEN_KUSTOMIZE")
+        await h.deliver("issue_comment", comment_payload(1, fake.add_comment(REPO, 1, "/precheck prod", user="bob").id, "/precheck prod"))
+        await h.settle()
+        assert h.states(pr) == ["pending", "error", "pending", "success"]
+        assert "Not a verdict" not in one_comment(h)

@@ -1,0 +1,123 @@
+"""Malicious repositories in PRs: each PR gets a failing status with a clear finding; nothing outside the repo leaks.
+
+A canary file is planted outside the repository (next to the origin, readable by the service). Every PR
+tries to get it (or the machine) into a render; the canary must never appear in anything the service sent
+to GitHub, nor in its logs, and the service must stay healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.fluxrepo import dump, obj
+from tests.hardening.harness import Origin, fake_traffic, open_pull, pr_payload
+
+CANARY = f"canary-{uuid.uuid4().hex}"
+HUGE = 17 * 1024 * 1024  # over the 16 MiB per-file limit (bot.yamlio.MAX_FILE_BYTES)
+BOMB = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\n  namespace: default\ndata:\n  a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"  {chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
+EXEC_FUNCTION = """\
+apiVersion: example.com/v1
+kind: Evil
+metadata:
+  name: evil
+  annotations:
+    config.kubernetes.io/function: |
+      exec:
+        path: ./evil.sh
+"""
+
+
+def kustomization(*resources: str, extra: str = "") -> str:
+    return "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + "".join(f"  - {r}\n" for r in resources) + extra
+
+
+def plant(tmp: Path) -> Path:
+    """The canary outside the repo: a manifest, and a kustomization directory around it."""
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "secret.yaml").write_text(dump(obj("v1", "ConfigMap", "stolen", "default", data={"token": CANARY})))
+    (outside / "kustomization.yaml").write_text(kustomization("secret.yaml"))
+    (outside / "evil.sh").write_text(f"#!/bin/sh\necho {CANARY} > {outside}/ran\n")
+    (outside / "evil.sh").chmod(0o755)
+    return outside
+
+
+def cases(outside: Path) -> dict[str, tuple[dict, dict, str, str]]:
+    """name -> (files, symlinks, check, words the finding must say)."""
+    climb = "../" * 40 + str(outside).lstrip("/")
+    return {
+        "symlink-out": ({"apps/kustomization.yaml": kustomization("app.yaml", "stolen.yaml")}, {"apps/stolen.yaml": str(outside / "secret.yaml")}, "unsafe-path", "symlink"),
+        "symlink-dir-out": ({"apps/kustomization.yaml": kustomization("app.yaml", "stolen")}, {"apps/stolen": str(outside)}, "unsafe-path", "symlink"),
+        "alias-bomb": ({"apps/kustomization.yaml": kustomization("app.yaml", "bomb.yaml"), "apps/bomb.yaml": BOMB}, {}, "unsafe-path", "alias"),
+        "huge-file": (
+            {"apps/kustomization.yaml": kustomization("app.yaml", "huge.yaml"), "apps/huge.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: huge}\ndata:\n  x: " + "x" * HUGE + "\n"},
+            {}, "unsafe-path", "limit",
+        ),
+        "exec-plugin": (
+            {"apps/kustomization.yaml": kustomization("app.yaml", extra="transformers: [fn.yaml]\n"), "apps/fn.yaml": EXEC_FUNCTION.replace("./evil.sh", str(outside / "evil.sh"))},
+            {}, "unsafe-path", "plugin",
+        ),
+        "remote-base": ({"apps/kustomization.yaml": kustomization("app.yaml", "github.com/evil/repo//base?ref=v1")}, {}, "unsafe-path", "remote"),
+        "remote-url": ({"apps/kustomization.yaml": kustomization("app.yaml", "https://127.0.0.1:9/x.yaml")}, {}, "unsafe-path", "remote"),
+        "dotdot-resource": ({"apps/kustomization.yaml": kustomization("app.yaml", climb)}, {}, "unsafe-path", "out of the repo"),
+        "dotdot-generator": (
+            {"apps/kustomization.yaml": kustomization("app.yaml", extra=f"configMapGenerator:\n  - name: g\n    files: [k={climb}/secret.yaml]\n")},
+            {}, "unsafe-path", "out of the repo",
+        ),
+        "dotdot-flux-path": ({"clusters/prod/apps.yaml": _flux_path("./" + "../" * 40 + str(outside).lstrip("/"))}, {}, "unsafe-path", "climbs out of the source"),
+        "invalid-utf8": ({"apps/app.yaml": b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  namespace: default\ndata:\n  x: \xff\xfe\n"}, {}, "render-failed", "UTF-8"),
+    }
+
+
+def _flux_path(path: str) -> str:
+    from tests.fluxrepo import ks
+
+    return dump(ks("apps", path))
+
+
+async def test_malicious_prs_fail_clearly_and_leak_nothing(start, origin: Origin, fake, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    outside = plant(tmp_path)
+    numbered = {}
+    for number, (name, (files, links, check, words)) in enumerate(cases(outside).items(), start=1):
+        head = origin.pull(number, files, links)
+        open_pull(fake, origin, number, head)
+        numbered[number] = (name, head, check, words)
+    async with start(workers=2) as h:
+        for number, (_, head, _, _) in numbered.items():
+            assert (await h.deliver("pull_request", pr_payload(number, head, origin.main))).status == 202
+        await h.settle(timeout=120)
+        problems = []
+        for number, (name, head, check, words) in numbered.items():
+            states = h.states(head)
+            comments = h.comments(number)
+            if states != ["pending", "failure"]:
+                problems.append(f"{name}: statuses {states}")
+            if len(comments) != 1:
+                problems.append(f"{name}: {len(comments)} comments")
+                continue
+            body = comments[0].body
+            if f"`{check}`" not in body or words not in body:
+                problems.append(f"{name}: finding not clear: {body[:1500]}")
+        assert not problems, "\n".join(problems)
+        traffic = fake_traffic(fake)
+        assert CANARY not in traffic, "content from outside the repository reached GitHub"
+        # Host paths of the service's own (mirrors, snapshots, kustomize sandboxes) never show; a PR may quote its own.
+        for own in (str(tmp_path / "cache"), f"{tempfile.gettempdir()}/fluxwarden-", "overlays-"):
+            assert own not in traffic, f"a host path ({own}) reached GitHub"
+        assert CANARY not in caplog.text
+        assert not (outside / "ran").exists(), "an exec function ran"
+        assert await h.healthy()
+        # The service still does its job afterwards: a clean PR gets a success.
+        clean = origin.pull(99, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "hi"}))})
+        open_pull(fake, origin, 99, clean)
+        await h.deliver("pull_request", pr_payload(99, clean, origin.main))
+        await h.settle()
+        assert h.states(clean) == ["pending", "success"]

@@ -1,0 +1,167 @@
+"""A replica dies mid-run (SIGKILL, the real `fluxwarden serve` process): the next process re-runs the precheck.
+
+Process A takes the delivery, posts "running" and a pending status, and is killed while kustomize runs.
+Process B (a restarted pod, or the other replica starting) finds the pending status on the PR's head at
+start-up, re-runs it and ends with the final status, editing A's comment in place: one comment, no PR left
+pending. Both are real processes configured the way deploy/ configures the pod (config file, *_FILE secrets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from tests.fluxrepo import dump, obj
+from tests.hardening.harness import (
+    BOT,
+    BOT_TOKEN,
+    CLUSTER,
+    MARKER,
+    REPO,
+    SECRET,
+    Origin,
+    kustomize_wrapper,
+    open_pull,
+    pr_payload,
+    record_figure,
+    sign,
+    states,
+    wait_for,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Replica:
+    """One `fluxwarden serve` process."""
+
+    def __init__(self, name: str, tmp: Path, env: dict[str, str]) -> None:
+        self.name, self.tmp, self.env = name, tmp, env
+        self.port = int(env["FLUXWARDEN_PORT"])
+        self.log = tmp / f"{name}.log"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, config: Path) -> None:
+        with self.log.open("wb") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot.cli", "serve", "--config", str(config),
+                env=self.env, cwd=str(ROOT), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            )
+
+    async def wait_healthy(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                assert self.proc is not None and self.proc.returncode is None, self.log.read_text()[-3000:]
+                try:
+                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"{self.name} did not become healthy:\n{self.log.read_text()[-3000:]}")
+
+    def peak_rss(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    async def stop(self, sig: int) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout=20)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            return await self.proc.wait()
+
+
+async def test_replica_killed_mid_run_is_rerun_by_the_next_process(origin: Origin, fake, tmp_path: Path) -> None:
+    head = origin.pull(1, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "bye"}))})
+    open_pull(fake, origin, 1, head)
+    (tmp_path / "webhook-secret").write_bytes(SECRET + b"\n")
+    (tmp_path / "github-token").write_text(BOT_TOKEN + "\n")
+    config = tmp_path / "fluxwarden.yaml"
+    config.write_text(yaml.safe_dump({
+        "repos": [{"name": REPO, "clone_url": str(origin.bare), "clusters": {CLUSTER: {"automatic": True}}}],
+        "limits": {"workers": 2, "queue": 100, "run_timeout": 120, "kustomize_timeout": 60},
+        "cache_dir": str(tmp_path / "cache"),
+    }))
+    started, go, pids = tmp_path / "kustomize-started", tmp_path / "kustomize-go", tmp_path / "kustomize-pids"
+    # A's kustomize announces itself and then waits (at most 30 s) for a go that never comes before A dies.
+    blocking = kustomize_wrapper(tmp_path, "blocking", (
+        f"echo $$ >> {pids}\n/bin/touch {started}\n"
+        f"i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do /bin/sleep 0.1; i=$((i+1)); done\n"
+        'real "$@"\n'
+    ))
+    base_env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "FLUXWARDEN_WEBHOOK_SECRET_FILE": str(tmp_path / "webhook-secret"),
+        "FLUXWARDEN_GITHUB_TOKEN_FILE": str(tmp_path / "github-token"),
+        "FLUXWARDEN_GITHUB_API_URL": fake.base_url,
+        "FLUXWARDEN_HOST": "127.0.0.1",
+    }
+    a = Replica("replica-a", tmp_path, {**base_env, "FLUXWARDEN_PORT": str(free_port()), "FLUXWARDEN_KUSTOMIZE": str(blocking)})
+    b = Replica("replica-b", tmp_path, {**base_env, "FLUXWARDEN_PORT": str(free_port())})
+    try:
+        await a.start(config)
+        await a.wait_healthy()
+        body = json.dumps(pr_payload(1, head, origin.main)).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{a.port}/webhook", data=body, headers={
+                "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "restart-1",
+                "X-Hub-Signature-256": sign(body), "Content-Type": "application/json",
+            }) as response:
+                assert response.status == 202
+        assert await wait_for(lambda: started.exists() and states(fake, head) == ["pending"], timeout=30), a.log.read_text()[-3000:]
+        assert await a.stop(signal.SIGKILL) == -signal.SIGKILL  # the pod dies mid-run: no cleanup at all
+        assert states(fake, head) == ["pending"]
+        running = [c for c in fake.issue_comments(REPO, 1) if c.body.startswith(f"<!-- {MARKER} -->")]
+        assert len(running) == 1 and "is running" in running[0].body
+
+        restarted = time.monotonic()
+        await b.start(config)
+        await b.wait_healthy()
+        assert await wait_for(lambda: states(fake, head)[-1:] == ["success"], timeout=60), b.log.read_text()[-3000:]
+        recovered = time.monotonic() - restarted
+        assert states(fake, head) == ["pending", "pending", "success"]
+        comments = [c for c in fake.issue_comments(REPO, 1) if c.user == BOT]
+        assert len(comments) == 1 and comments[0].id == running[0].id, "B edits A's comment in place"
+        assert "is running" not in comments[0].body
+        record_figure("restart_recovery_seconds", recovered, "s")
+        record_figure("service_process_peak_rss_mib", b.peak_rss() / 2**20, "MiB")
+        assert await b.stop(signal.SIGTERM) == 0, b.log.read_text()[-3000:]  # graceful on SIGTERM (what kubelet sends)
+        assert "re-running 1 precheck(s) left pending" in b.log.read_text()
+        assert BOT_TOKEN not in a.log.read_text() + b.log.read_text()
+    finally:
+        go.touch()  # A's orphaned kustomize wrapper exits
+        for replica in (a, b):
+            if replica.proc is not None and replica.proc.returncode is None:
+                await replica.stop(signal.SIGKILL)
+        if pids.exists():
+            for pid in {int(p) for p in pids.read_text().split()}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
