@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -32,11 +33,38 @@ class Service:
     bot: BotContext
     readiness: Readiness
     webhook: WebhookApp
+    drift: Any = None  # bot.scheduler.DriftScheduler: scheduled drift reports (None: no cluster has them)
+    leader: Any = None  # bot.leader.LeaderElector when leader_election.enabled (docs/high-availability.md)
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica runs scheduled jobs: always without leader election (a single replica)."""
+        return self.leader.is_leader if self.leader is not None else True
 
     def app(self) -> web.Application:
         app = self.webhook.app()
         app.on_startup.append(self._startup)
+        app.on_startup.append(self._start_leader)
+        app.on_shutdown.append(self._stop_leader)  # before on_cleanup cancels runs: jobs stop, the Lease is released
+        app.on_startup.append(self._start_drift)
+        app.on_cleanup.append(self._stop_drift)
         return app
+
+    async def _start_drift(self, _: web.Application) -> None:
+        if self.drift is not None:
+            self.drift.start()
+
+    async def _stop_drift(self, _: web.Application) -> None:
+        if self.drift is not None:
+            self.drift.shutdown()
+
+    async def _start_leader(self, _: web.Application) -> None:
+        if self.leader is not None:
+            self.leader.start()
+
+    async def _stop_leader(self, _: web.Application) -> None:
+        if self.leader is not None:
+            await self.leader.stop()
 
     async def _startup(self, _: web.Application) -> None:
         await check_readiness(self.bot, self.readiness)
@@ -46,10 +74,12 @@ class Service:
                 log.info("re-running %d precheck(s) left pending by a previous process", len(plans))
 
 
-def build_service(config: ServiceConfig, github: GitHubAdapter | None = None) -> Service:
-    """Everything the service needs, from its config (the GitHub adapter can be injected for tests)."""
+def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *, should_run: Callable[[], bool] | None = None) -> Service:
+    """Everything the service needs, from its config (the GitHub adapter can be injected for tests).
+
+    `should_run` gates scheduled jobs (drift reports): leader election passes `elector.is_leader`."""
     metrics = new_metrics()
-    adapter = github or GitHubAdapter(config.github)
+    adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
     queue = RunQueue(config.limits.workers, config.limits.queue)
     runner = PrecheckRunner(
         github=adapter,
@@ -64,14 +94,59 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None) ->
     )
     bot = BotContext(config=config, github=adapter, runner=runner, metrics=metrics)
     readiness = Readiness()
-    return Service(bot, readiness, WebhookApp(bot, readiness))
+    leader = None
+    if config.leader_election.enabled:
+        leader = _high_availability(bot, config)
+        if should_run is None:
+            should_run = lambda: leader.is_leader  # noqa: E731
+    from handlers.drift import build_drift_scheduler
+
+    service = Service(bot, readiness, WebhookApp(bot, readiness), drift=build_drift_scheduler(bot, should_run=should_run))
+    service.leader = leader
+    return service
+
+
+def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.leader.LeaderElector
+    """Several replicas: claim runs on GitHub (handlers/claims.py) and elect a leader on a Lease (bot/leader.py).
+
+    Not part of /readyz: a replica that is not the leader (or cannot reach the Lease) still serves webhooks."""
+    import os
+
+    from bot.leader import build_elector, replica_identity
+    from handlers.claims import CLAIM_GRACE, Claims, pod_of
+    from handlers.restart import sweep_pending
+
+    election = config.leader_election
+    identity = election.identity or replica_identity()
+    bot.runner.claims = Claims(
+        bot.github, identity, ttl=config.limits.run_timeout + CLAIM_GRACE, pod=pod_of(identity) if os.environ.get("POD_NAME") else None
+    )
+    sweeper: list[asyncio.Task[None]] = []
+
+    def started() -> None:
+        if election.sweep_seconds > 0:
+            sweeper.append(asyncio.get_running_loop().create_task(sweep_pending(bot, election.sweep_seconds), name="sweep pending prechecks"))
+
+    async def stopped() -> None:
+        while sweeper:
+            task = sweeper.pop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    log.info("high availability: replica %s, lease %s", identity, election.name)
+    return build_elector(election, identity, on_started=started, on_stopped=stopped)
 
 
 async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
     """Config is loaded (we are here), GitHub auth works, a kustomize binary is there."""
     readiness.checks["config"] = None
     try:
+        # A real call, not just a configured token: an App mints an installation token, a token user
+        # reads its own permission on the first repository (a 401 or a dead API URL fails here).
         await asyncio.to_thread(bot.github.installation_token)
+        if bot.config.repos:
+            first = bot.config.repos[0].name
+            await asyncio.to_thread(lambda: bot.github.permission(first, bot.github.bot_login))  # bot_login may call GitHub
         readiness.checks["github"] = None
     except FluxwardenError as exc:
         readiness.checks["github"] = str(exc)

@@ -314,3 +314,22 @@ async def test_rate_limit_is_honoured(harness: Harness) -> None:
     # The quota stays empty until the reset, so each of the two concurrent runs met one 403, then waited.
     limited = [r for r in h.fake.find_requests("POST", r"/statuses/") if r.status == 403]
     assert 1 <= len(limited) <= 2 and time.monotonic() - started >= 1.0
+
+
+async def test_readiness_fails_on_a_bad_token(tmp_path: Path) -> None:
+    async with FakeGitHub() as fake:
+        fake.add_user("fluxwarden-bot", token=BOT_TOKEN, type="Bot")
+        fake.add_repo(REPO)
+        config = ServiceConfig(
+            webhook_secret=SECRET,
+            github=GitHubAuth(token="ghs_" + "x" * 36, api_url=fake.base_url),
+            repos=(RepoPolicy(REPO, clusters=(ClusterPolicy("prod"),)),),
+            cache_dir=tmp_path / "cache",
+        )
+        service = build_service(config, github=GitHubAdapter(config.github, min_write_interval=0, retries=0))
+        async with TestClient(TestServer(service.app())) as client:
+            ready = await client.get("/readyz")
+            body = await ready.json()
+        assert ready.status == 503
+        assert body["checks"]["github"] and "401" in body["checks"]["github"]
+        assert "x" * 36 not in json.dumps(body)
