@@ -283,7 +283,7 @@ def _generated_info(snapshot: Snapshot, directory: str) -> KustomizationInfo:
     return info
 
 
-def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path, tier_label: str | None = None) -> Path:
+def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path) -> Path:
     """Write the tier's overlay: its path plus what the controller merges in from the Kustomization spec.
 
     kustomize-controller writes targetNamespace, namePrefix/nameSuffix, patches, images and
@@ -314,8 +314,5 @@ def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path, tier_label:
         overlay["components"] = [
             os.path.relpath(snapshot.path(posixpath.normpath(posixpath.join(tier.path, c))), workdir) for c in tier.components
         ]
-    if tier_label is not None:
-        # Batch builds tell tiers apart by this label; metadata only (no selectors, no templates).
-        overlay["labels"] = [{"pairs": {"fluxwarden.invalid/tier": tier_label}, "includeSelectors": False, "includeTemplates": False}]
     (workdir / "kustomization.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False), encoding="utf-8")
     return workdir

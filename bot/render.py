@@ -32,8 +32,6 @@ from bot.snapshot import Snapshot, normalise_repo_path
 from bot.yamlio import check_aliases, document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
-TIER_LABEL = "fluxwarden.invalid/tier"  # stamped by batch builds, removed again at parse time
-_TIER_LABEL_TEXT = re.compile(r'^ +fluxwarden\.invalid/tier: "?(\d+)"?$', re.MULTILINE)
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
 _MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
 _CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
@@ -174,45 +172,19 @@ class Renderer:
 
     def build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay (memoised by what the build reads from the spec)."""
-        return self.build_batch([spec])[0]
-
-    def build_batch(self, specs: Sequence[TierSpec]) -> list[RawTier]:
-        """Build several tiers, in one kustomize process when they need building at all.
-
-        Each kustomize start costs ~40 ms of CPU before any work (measured with bench/run.py), so
-        tiers discovered together are built together: one overlay per tier, labelled with its
-        index, under one batch kustomization. If the batch fails (a broken tier, or an object two
-        tiers both render) every tier is built alone, so each error lands on its own tier.
-        """
-        results: dict[int, RawTier] = {}
-        todo: list[tuple[int, _PreparedBuild]] = []
-        for index, spec in enumerate(specs):
-            with self._builds_lock:
-                hit = self._builds.get(_build_key(spec))
-            if hit is not None:
-                results[index] = _for_spec(hit, spec)
-                continue
-            prepared = self._prepare_build(spec)
-            if isinstance(prepared, RawTier):
-                results[index] = self._memorise(prepared)
-            else:
-                todo.append((index, prepared))
-        if len(todo) > 1:
-            batched = self._run_batch([p for _, p in todo])
-            if batched is not None:
-                for (index, _), raw in zip(todo, batched):
-                    results[index] = self._memorise(raw)
-                todo = []
-        for index, prepared in todo:
-            results[index] = self._memorise(self._run_single(prepared))
-        return [results[i] for i in range(len(specs))]
-
-    def _memorise(self, raw: RawTier) -> RawTier:
+        key = _build_key(spec)
         with self._builds_lock:
-            return _for_spec(self._builds.setdefault(_build_key(raw.spec), raw), raw.spec)
+            hit = self._builds.get(key)
+        if hit is None:
+            hit = self._build_tier(spec)
+            with self._builds_lock:
+                self._builds[key] = hit
+        if hit.spec == spec:
+            return hit
+        return replace(hit, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in hit.findings))
 
-    def _prepare_build(self, spec: TierSpec) -> "RawTier | _PreparedBuild":
-        """Everything before kustomize runs: path checks, the safety pre-scan, the cache (never raises for bad input)."""
+    def _build_tier(self, spec: TierSpec) -> RawTier:
+        """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
         tier = spec.id
         if not self.snapshot.path(spec.path).is_dir():
             return RawTier(spec, failed=True, findings=(_failed(tier, f"path {spec.path or '.'!r} not found in the repository", spec.origin),))
@@ -242,55 +214,22 @@ class Renderer:
             sources = self.cache.get(cache_key + "-sources")
             if sources is not None:
                 return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
-        return _PreparedBuild(spec, inputs, cache_key)
-
-    def _run_single(self, prepared: "_PreparedBuild") -> RawTier:
-        spec = prepared.spec
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
             text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
-            documents = self._parse(text)
-        except (RenderError, InputError) as exc:
-            return RawTier(spec, inputs=prepared.inputs, failed=True, findings=(_failed(spec.id, self.sanitise(str(exc), workdir), spec.origin),))
-        self.builds_run += 1
-        return self._built(prepared, documents)
-
-    def _run_batch(self, batch: Sequence["_PreparedBuild"]) -> list[RawTier] | None:
-        """One kustomize run for several tiers; None when it fails (the caller builds them one by one)."""
-        overlays = []
-        for index, prepared in enumerate(batch):
-            workdir = self._work / f"{next(self._counter):05d}"
-            write_overlay(self.snapshot, prepared.spec, workdir, tier_label=str(index))
-            overlays.append(workdir.name)
-        top = self._work / f"{next(self._counter):05d}"
-        top.mkdir()
-        # Origin annotations come from the top kustomization only; it sits beside the overlays, so
-        # paths stay `../../repo/<file>` as for a single build.
-        (top / "kustomization.yaml").write_text(
-            yaml.safe_dump({"resources": [f"../{name}" for name in overlays], "buildMetadata": ["originAnnotations"]}),
-            encoding="utf-8",
-        )
+        except RenderError as exc:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         try:
-            text = run_build(self.binary, top, sandbox_home=self._work / "home", timeout=self.timeout * len(batch))
             documents = self._parse(text)
-        except (RenderError, InputError):
-            return None
-        grouped: list[list[RawDocument]] = [[] for _ in batch]
-        for doc in documents:
-            index = _tier_label(doc)
-            if index is None or index >= len(batch):
-                return None
-            grouped[index].append(doc)
+        except InputError as exc:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         self.builds_run += 1
-        return [self._built(prepared, docs) for prepared, docs in zip(batch, grouped)]
-
-    def _built(self, prepared: "_PreparedBuild", documents: list[RawDocument]) -> RawTier:
-        if prepared.cache_key is not None and self.cache is not None:
-            self.cache.put(prepared.cache_key, tuple(documents))
+        if cache_key is not None:
+            self.cache.put(cache_key, tuple(documents))
             # Written last: its presence says the build entry is complete.
-            self.cache.put(prepared.cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
-        return RawTier(prepared.spec, documents=tuple(documents), inputs=prepared.inputs, content_key=prepared.cache_key)
+            self.cache.put(cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
+        return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
 
     def _parse(self, text: str) -> list[RawDocument]:
         """Split kustomize's output; parse now what substitution cannot change, defer the rest."""
@@ -356,21 +295,20 @@ class Renderer:
         objects: dict[tuple[str, str, str], RawDocument] = {}
         entry_spec = entry_tier(entry)
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="render") as pool:
-            pending: dict[Future[list[RawTier]], list[TierId]] = {pool.submit(self.build_batch, [entry_spec]): [entry_spec.id]}
+            pending: dict[Future[RawTier], TierId] = {pool.submit(self.build_tier, entry_spec): entry_spec.id}
             scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
             while pending or built:
                 if pending:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
                         pending.pop(future)
-                        for raw in future.result():
-                            built[raw.spec.id] = raw
-                            findings.extend(raw.findings)
-                            for doc in raw.substitution_sources:
-                                ref = _ref(doc.body) if doc.body is not None else None
-                                if ref and ref.kind in ("ConfigMap", "Secret"):
-                                    objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
-                wave: list[TierSpec] = []
+                        raw = future.result()
+                        built[raw.spec.id] = raw
+                        findings.extend(raw.findings)
+                        for doc in raw.substitution_sources:
+                            ref = _ref(doc.body) if doc.body is not None else None
+                            if ref and ref.kind in ("ConfigMap", "Secret"):
+                                objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
                 for tid in list(built):
                     raw = built[tid]
                     if pending and not _sources_present(raw.spec, objects):
@@ -386,7 +324,7 @@ class Renderer:
                             continue
                         scheduled[spec.id] = spec
                         if self.config.is_this_repo(spec.source):
-                            wave.append(spec)
+                            pending[pool.submit(self.build_tier, spec)] = spec.id
                         else:
                             tiers[spec.id] = RenderedTier(spec=spec)
                             findings.append(
@@ -398,8 +336,6 @@ class Renderer:
                                     location=spec.origin,
                                 )
                             )
-                for batch in _batches(wave, self.jobs):
-                    pending[pool.submit(self.build_batch, batch)] = [spec.id for spec in batch]
         return ClusterRender(cluster, entry, tiers, tuple(findings), self.snapshot)
 
     def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
@@ -546,7 +482,6 @@ class Renderer:
                 out[index] = None
                 continue
             origin = _pop_origin(body) or origin  # the text still carries kustomize's origin annotation
-            _pop_tier_label(body)
             out[index] = (body, origin, undefined)
         return out
 
@@ -647,55 +582,6 @@ def _pop_origin(body: Any) -> SourceLocation | None:
     if joined == "repo" or not joined.startswith("repo/"):
         return None
     return SourceLocation(joined[len("repo/"):])
-
-
-MAX_BATCH = 40  # tiers per kustomize run: bounds one run's output and the cost of a failed batch
-
-
-def _batches(specs: list[TierSpec], jobs: int) -> list[list[TierSpec]]:
-    """Split tiers discovered together into about two batches per worker (so both cores stay busy)."""
-    if not specs:
-        return []
-    size = max(1, min(MAX_BATCH, -(-len(specs) // (2 * jobs))))
-    return [specs[i:i + size] for i in range(0, len(specs), size)]
-
-
-@dataclass(frozen=True)
-class _PreparedBuild:
-    """A tier that passed the pre-scan and missed the cache: what kustomize must build."""
-
-    spec: TierSpec
-    inputs: frozenset[str]
-    cache_key: str | None
-
-
-def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:
-    """A memoised build, as seen from another Kustomization with the same build key."""
-    if raw.spec == spec:
-        return raw
-    return replace(raw, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in raw.findings))
-
-
-def _tier_label(doc: RawDocument) -> int | None:
-    """The batch index kustomize stamped on a document (and remove it from a parsed body)."""
-    if doc.body is not None:
-        value = _pop_tier_label(doc.body)
-    else:
-        match = _TIER_LABEL_TEXT.search(doc.text)
-        value = match.group(1) if match else None
-    return int(value) if value is not None and str(value).isdigit() else None
-
-
-def _pop_tier_label(body: Any) -> Any:
-    """Remove the batch label (and a labels map it leaves empty); returns its value."""
-    meta = body.get("metadata") if isinstance(body, dict) else None
-    labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not isinstance(labels, dict) or TIER_LABEL not in labels:
-        return None
-    value = labels.pop(TIER_LABEL)
-    if not labels:
-        meta.pop("labels")
-    return value
 
 
 def _load_stream(texts: list[str]) -> list[Any]:
