@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from bot.cache import default_cache_dir
 from bot.engine import CheckOptions, check_repository
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.report import format_markdown, format_text
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
     check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
+    check.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
     check.add_argument("--live", action="store_true", help="also check the merge preconditions on the live cluster (read-only)")
     check.add_argument("--kubeconfig", type=Path, help="with --live: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     check.add_argument("--context", help="with --live: kubeconfig context (default: its current-context)")
@@ -43,6 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     tier.add_argument("--fix", action="store_true", help="edit the tier order file in place (only the lines that must change)")
     tier.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     tier.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    drift = sub.add_parser("drift", help="compare a cluster with the render of the repository, once (read-only)")
+    drift.add_argument("--repo", default=".", type=Path, help="repository working tree, e.g. a checkout of the default branch (default: .)")
+    drift.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    drift.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    drift.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    drift.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    drift.add_argument("--stuck-after", type=float, default=1800.0, help="seconds a tier may wait on a dependency before it is stuck (default: 1800)")
+    drift.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    drift.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     serve = sub.add_parser("serve", help="run the GitHub webhook service")
     serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
     serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
@@ -57,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "tier-order":
             return _tier_order(args)
+        if args.command == "drift":
+            return _drift(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -72,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout)
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir)
     if args.head and not args.base:
         raise UserError("--head needs --base")
     if (args.kubeconfig or args.context) and not args.live:
@@ -142,6 +156,30 @@ def _tier_order(args: argparse.Namespace) -> int:
         handle.write(fix.new_text)
     print(f"edited {fix.file}")
     return EXIT_CLEAN
+
+
+def _drift(args: argparse.Namespace) -> int:
+    """Print the drift report once: 0 the cluster matches git, 1 drift, 2 usage or the cluster unreadable."""
+    from datetime import timedelta
+
+    from bot.drift import DriftOptions, format_markdown, format_text, report_to_json
+    from bot.driftcheck import drift_repository
+    from bot.kube import ClusterAccess  # kubernetes-asyncio: only for commands that read a cluster
+
+    if args.stuck_after < 0:
+        raise UserError("--stuck-after must not be negative")
+    access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
+    options = DriftOptions(stuck_after=timedelta(seconds=args.stuck_after))
+    report = drift_repository(args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options)
+    if report.error is not None:
+        raise InfraError(report.error)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report_to_json(report), indent=2, ensure_ascii=False) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(format_markdown(report))
+    else:
+        sys.stdout.write(format_text(report))
+    return EXIT_FINDINGS if report.items else EXIT_CLEAN
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -23,11 +23,12 @@ from bot.snapshot import Snapshot, build_snapshot
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """How to run a check: which kustomize, how many parallel builds, the per-build timeout."""
+    """How to run a check: which kustomize, how many parallel builds, the per-build timeout, the build cache."""
 
     kustomize: str | None = None
     jobs: int | None = None
     timeout: float = 120.0
+    cache_dir: Path | None = None  # None: no on-disk cache
 
 
 def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOptions(), live: LiveState | None = None) -> CheckReport:
@@ -37,7 +38,8 @@ def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOpti
     binary = locate_kustomize(options.kustomize)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
-        return check_snapshot(snapshot, cluster, binary, options, live=live)
+        cache = BuildCache(options.cache_dir) if options.cache_dir else None
+        return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,15 @@ class Analysis:
     renderer: Renderer
 
 
-def check_snapshot(snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, live: LiveState | None = None) -> CheckReport:
+def check_snapshot(
+    snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, live: LiveState | None = None, cache: BuildCache | None = None
+) -> CheckReport:
     """Check one cluster of an already sanitised snapshot.
 
     With `live` (no change to review), every tier of the cluster must be ready on it: the merge
     preconditions of a change that could touch any of them.
     """
-    analysis = analyse(snapshot, cluster, binary, options, live=live)
+    analysis = analyse(snapshot, cluster, binary, options, cache, live=live)
     if live is None:
         return analysis.report
     required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))

@@ -152,6 +152,17 @@ class PullRequestInfo:
 
 
 @dataclass(frozen=True)
+class StatusInfo:
+    """One commit status as GitHub lists it (newest first): what cross-replica run claims read."""
+
+    state: str
+    context: str
+    description: str
+    created_at: float  # epoch seconds, GitHub's clock (whole seconds)
+    creator: str | None
+
+
+@dataclass(frozen=True)
 class BranchPullRequest:
     """A pull request opened from a branch of the repository itself (the bot's follow-up PRs)."""
 
@@ -163,6 +174,28 @@ class BranchPullRequest:
     base_ref: str
     author: str | None
     html_url: str
+
+
+@dataclass(frozen=True)
+class IssueInfo:
+    """An issue (not a pull request) as the bot's drift reports need it."""
+
+    number: int
+    title: str
+    body: str
+    state: str  # open | closed
+    labels: tuple[str, ...]
+    author: str | None
+    html_url: str
+
+
+@dataclass(frozen=True)
+class RepositoryInfo:
+    """What a scheduled job needs to fetch a repository's default branch."""
+
+    full_name: str
+    default_branch: str
+    clone_url: str
 
 
 _TOKEN_PATTERNS = (
@@ -350,6 +383,27 @@ class GitHubAdapter:
             return None
 
         return self._call(f"list statuses of {repo}@{sha[:12]}", find)
+
+    def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]:
+        """The newest `limit` commit statuses on `sha`, every context, newest first (GitHub's order)."""
+        path = f"/repos/{self._repo_path(repo)}/commits/{quote(sha, safe='')}/statuses"
+
+        def read() -> list[StatusInfo]:
+            out: list[StatusInfo] = []
+            for status in PaginatedList(_GhCommitStatus, self._gh.requester, path, None):  # newest first
+                created = status.created_at
+                out.append(StatusInfo(
+                    state=status.state,
+                    context=status.context,
+                    description=status.description or "",
+                    created_at=(created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else 0.0,
+                    creator=status.creator.login if status.creator is not None else None,
+                ))
+                if len(out) >= limit:
+                    break
+            return out
+
+        return self._call(f"list statuses of {repo}@{sha[:12]}", read)
 
     # ------------------------------------------------------------------ writes
 
@@ -568,6 +622,92 @@ class GitHubAdapter:
             base_ref=pr.base.ref,
             author=pr.user.login if pr.user is not None else None,
             html_url=pr.html_url or "",
+        )
+
+    # ------------------------------------------------------------------ the bot's own issues (drift reports)
+
+    def repository(self, repo: str) -> RepositoryInfo:
+        """The repository's default branch and clone URL."""
+        full = self._repo_path(repo)
+
+        def get() -> RepositoryInfo:
+            r = self._gh.get_repo(full)
+            return RepositoryInfo(r.full_name, r.default_branch, r.clone_url)
+
+        return self._call(f"get repository {repo}", get)
+
+    def find_issues(self, repo: str, marker: str, label: str) -> list[IssueInfo]:
+        """The bot's issues (open and closed) labelled `label` whose body starts with ``<!-- marker -->``, lowest
+        number first. Pull requests, and issues by anyone else (a human quoting the marker), are never returned."""
+        full = self._repo_path(repo)
+        me = self.bot_login.lower()
+        pattern = _marker_re(marker)
+
+        def find() -> list[IssueInfo]:
+            out = []
+            for issue in self._gh.get_repo(full).get_issues(state="all", labels=[label]):
+                if issue.pull_request is not None or issue.user is None or (issue.user.login or "").lower() != me:
+                    continue
+                match = pattern.match(_first_line(issue.body or ""))
+                if match is not None and match.group(1) is None:
+                    out.append(self._issue_info(issue))
+            return sorted(out, key=lambda i: i.number)
+
+        return self._call(f"list issues labelled {label} of {repo}", find)
+
+    def create_issue(self, repo: str, *, title: str, body: str, labels: Sequence[str] = ()) -> IssueInfo:
+        """Open an issue (GitHub creates a label that does not exist yet)."""
+        full = self._repo_path(repo)
+        if len(body) > MAX_COMMENT:
+            raise ValueError(f"issue body is longer than GitHub's {MAX_COMMENT} characters")
+        return self._call(
+            f"create issue on {repo}",
+            lambda: self._issue_info(self._gh.get_repo(full).create_issue(title=title, body=body, labels=list(labels))),
+        )
+
+    def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None, state: str | None = None) -> None:
+        """Edit an issue's title, body and/or state (`open` reopens, `closed` closes as completed); nothing when all are None."""
+        full = self._repo_path(repo)
+        changes: dict[str, str] = {}
+        if title is not None:
+            changes["title"] = title
+        if body is not None:
+            if len(body) > MAX_COMMENT:
+                raise ValueError(f"issue body is longer than GitHub's {MAX_COMMENT} characters")
+            changes["body"] = body
+        if state is not None:
+            if state not in ("open", "closed"):
+                raise ValueError("issue state must be open or closed")
+            changes["state"] = state
+            if state == "closed":
+                changes["state_reason"] = "completed"
+        if not changes:
+            return
+        issue = self._call(f"get issue {repo}#{number}", lambda: self._gh.get_repo(full).get_issue(int(number)))
+        self._call(f"edit issue {repo}#{number}", lambda: issue.edit(**changes))
+
+    def close_issue(self, repo: str, number: int, comment: str | None = None) -> None:
+        """Close an issue, after commenting why when `comment` is given."""
+        if comment:
+            self.comment(repo, number, comment)
+        self.edit_issue(repo, number, state="closed")
+
+    def reopen_issue(self, repo: str, number: int, comment: str | None = None) -> None:
+        """Reopen an issue, then comment why when `comment` is given."""
+        self.edit_issue(repo, number, state="open")
+        if comment:
+            self.comment(repo, number, comment)
+
+    @staticmethod
+    def _issue_info(issue: Any) -> IssueInfo:
+        return IssueInfo(
+            number=issue.number,
+            title=issue.title or "",
+            body=issue.body or "",
+            state=issue.state,
+            labels=tuple(label.name for label in issue.labels),
+            author=issue.user.login if issue.user is not None else None,
+            html_url=issue.html_url or "",
         )
 
     # ------------------------------------------------------------------ internals

@@ -26,7 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
 from bot.errors import InfraError
-from bot.live import LiveCrd, LiveKustomization, LiveObject, LiveSource, LiveState, ObjectRead
+from bot.live import LiveBody, LiveCrd, LiveKustomization, LiveObject, LiveSource, LiveState, ObjectRead
 from bot.model import ObjectRef, SourceRef
 
 KUSTOMIZE_API = ("kustomize.toolkit.fluxcd.io", "v1")
@@ -345,6 +345,29 @@ async def read_objects(access: ClusterAccess, refs: Sequence[ObjectRef]) -> list
         done = {r.ref for r in reads}
         reads += [ObjectRead(ref, error=str(exc)) for ref in refs if ref not in done]
     return reads
+
+
+async def read_object_bodies(access: ClusterAccess, refs: Sequence[ObjectRef], concurrency: int = 8) -> list[LiveBody]:
+    """Each object's whole body, for drift (absent, unreadable, or a kind the cluster does not serve);
+    never raises a KubeError. A Secret keeps its keys only (`LiveBody.of`): its values never leave this call."""
+    if not refs:
+        return []
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(kube: KubeClient, ref: ObjectRef) -> LiveBody:
+        async with gate:
+            try:
+                if await kube.resource(ref.api_version, ref.kind) is None:
+                    return LiveBody(ref, kind_served=False)
+                return LiveBody.of(ref, await kube.get(ref.api_version, ref.kind, ref.namespace or None, ref.name))
+            except KubeError as exc:
+                return LiveBody(ref, error=str(exc))
+
+    try:
+        async with KubeClient(access) as kube:
+            return list(await asyncio.gather(*(one(kube, ref) for ref in refs)))
+    except KubeError as exc:
+        return [LiveBody(ref, error=str(exc)) for ref in refs]
 
 
 def fetch_live_state(access: ClusterAccess, cluster: str) -> LiveState:

@@ -57,10 +57,17 @@ class Condition:
     status: str  # True | False | Unknown
     reason: str = ""
     message: str = ""
+    last_transition_time: str = field(default="", compare=False)  # RFC 3339, when `status` last changed (drift: "since")
 
     @classmethod
     def from_object(cls, raw: Mapping[str, Any]) -> "Condition":
-        return cls(str(raw.get("type", "")), str(raw.get("status", "Unknown")), str(raw.get("reason") or ""), str(raw.get("message") or ""))
+        return cls(
+            str(raw.get("type", "")),
+            str(raw.get("status", "Unknown")),
+            str(raw.get("reason") or ""),
+            str(raw.get("message") or ""),
+            str(raw.get("lastTransitionTime") or ""),
+        )
 
 
 def _conditions(status: Mapping[str, Any]) -> tuple[Condition, ...]:
@@ -160,13 +167,14 @@ class LiveSource:
     ref: SourceRef
     revision: str | None  # status.artifact.revision; None: no artifact yet
     ready: Condition | None = None
+    updated: str = field(default="", compare=False)  # status.artifact.lastUpdateTime (RFC 3339): when this revision arrived
 
     @classmethod
     def from_object(cls, ref: SourceRef, body: Mapping[str, Any]) -> "LiveSource":
         status = body.get("status") or {}
         artifact = status.get("artifact") or {}
         ready = next((c for c in _conditions(status) if c.type == "Ready"), None)
-        return cls(ref, str(artifact["revision"]) if artifact.get("revision") else None, ready)
+        return cls(ref, str(artifact["revision"]) if artifact.get("revision") else None, ready, str(artifact.get("lastUpdateTime") or ""))
 
 
 @dataclass(frozen=True)
@@ -258,6 +266,42 @@ class ObjectRead:
 
 
 ObjectFetcher = Callable[[Sequence[ObjectRef]], Sequence[ObjectRead]]
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@dataclass(frozen=True)
+class LiveBody:
+    """An object's whole live body, for drift (bot/drift.py): absent (`body` None), unreadable (`error`), or found.
+
+    Built with `LiveBody.of`, which never keeps a Secret's values (only its keys) nor the
+    last-applied-configuration annotation (it can hold them too).
+    """
+
+    ref: ObjectRef
+    body: Mapping[str, Any] | None = None
+    error: str | None = None
+    kind_served: bool = True  # False: the cluster does not serve the kind at all (its CRD is missing)
+
+    @classmethod
+    def of(cls, ref: ObjectRef, body: Mapping[str, Any] | None) -> "LiveBody":
+        return cls(ref, without_secret_values(body) if body is not None else None)
+
+
+def without_secret_values(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy fit to keep in memory: a Secret's `data`/`stringData` values blanked (keys kept), and the
+    last-applied-configuration annotation dropped from every kind."""
+    out = dict(body)
+    meta = dict(out.get("metadata") or {})
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    out["metadata"] = meta
+    if str(out.get("kind")) == "Secret" and "/" not in str(out.get("apiVersion", "v1")):
+        for key in ("data", "stringData"):
+            if isinstance(out.get(key), Mapping):
+                out[key] = {str(k): "" for k in out[key]}
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from bot.kube import ClusterAccess
     from bot.live import LiveState
     from bot.service_config import ServiceConfig
+    from handlers.claims import Claims
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ class PrecheckRunner:
     run_timeout: float = 900.0
     target_url: str | None = None
     service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
+    claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (handlers/claims.py)
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster."""
@@ -185,7 +187,14 @@ class PrecheckRunner:
         key = (plan.repo, plan.number, cluster)
         started = time.monotonic()
         self.metrics.queue_depth.set(self.queue.depth)
-        await self._reconcile(plan, cluster, running_state(plan, cluster))
+        running = running_state(plan, cluster)
+        context = STATUS_CONTEXT.format(cluster=cluster)
+        if self.claims is None:
+            await self._reconcile(plan, cluster, running)
+        elif await self.claims.acquire(plan.repo, plan.head_sha, context, running.status.description, self.target_url):
+            await self._reconcile(plan, cluster, running, skip=("status",))  # the claim is the pending status
+        else:
+            return  # another replica runs this SHA and cluster
         try:
             review = await asyncio.wait_for(self._live_review(plan, cluster), timeout=self.run_timeout)
             desired = result_state(review, link_base=f"https://github.com/{plan.repo}/blob/{plan.head_sha}")
@@ -199,8 +208,14 @@ class PrecheckRunner:
         except Exception as exc:  # a bug must still end in a failed status, never a pending one
             log.exception("precheck %s#%s %s crashed", plan.repo, plan.number, cluster)
             desired, verdict = error_state(cluster, f"internal error ({type(exc).__name__})", infrastructure=True), "error"
+        except asyncio.CancelledError:
+            if self.claims is not None and self.queue.is_current(key, plan.head_sha):  # shutting down, not superseded
+                await self.claims.release(plan.repo, plan.head_sha, context, f"precheck of {cluster} interrupted (replica stopped); re-run pending", self.target_url)
+            raise
         if not self.queue.is_current(key, plan.head_sha):
             return  # a newer push owns the comment now
+        if self.claims is not None and await self.claims.superseded(plan.repo, plan.number, plan.head_sha):
+            return  # a newer push, run by another replica, owns the comment now
         await self._reconcile(plan, cluster, desired)
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
@@ -244,7 +259,7 @@ class PrecheckRunner:
             fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects
         )
 
-    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState) -> None:
+    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> None:
         """Make GitHub show `desired` (comment edited in place, status, check run); GitHub errors are logged and counted."""
         context = STATUS_CONTEXT.format(cluster=cluster)
         steps = [
@@ -261,6 +276,8 @@ class PrecheckRunner:
                 annotations=list(desired.annotations),
             )))
         for operation, call in steps:
+            if operation in skip:
+                continue
             try:
                 await asyncio.to_thread(call)
             except InfraError as exc:

@@ -1,4 +1,11 @@
-"""On start, re-run prechecks whose status is still pending: a crash mid-run must not block a PR forever."""
+"""On start, re-run prechecks whose status is still pending: a crash mid-run must not block a PR forever.
+
+With several replicas (`leader_election.enabled`, handlers/claims.py) only *abandoned* pending statuses are
+re-run — no live claim: stale, released at shutdown, or left by an earlier process of this pod — so a replica
+starting next to a busy one does not re-run what that one is running. The leader also sweeps for abandoned
+ones every `leader_election.sweep_seconds` (`sweep_pending`): a replica that died mid-run is re-run within
+the claim's lifetime (run timeout + grace) plus one sweep, even when nothing restarts.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,9 @@ from handlers.precheck import STATUS_CONTEXT, PrecheckPlan
 log = logging.getLogger(__name__)
 
 
-async def resume_pending(bot: BotContext) -> list[PrecheckPlan]:
-    """Schedule a run for every open PR and cluster whose latest `fluxwarden/<cluster>` status is pending."""
+async def resume_pending(bot: BotContext, trigger: str = "restart: status was left pending") -> list[PrecheckPlan]:
+    """Schedule a run for every open PR and cluster whose latest `fluxwarden/<cluster>` status is pending (and abandoned)."""
+    claims = getattr(bot.runner, "claims", None)
     plans = []
     for policy in bot.config.repos:
         try:
@@ -25,7 +33,13 @@ async def resume_pending(bot: BotContext) -> list[PrecheckPlan]:
             if pull.fork and not policy.allow_forks:
                 continue
             pending = []
-            for cluster in policy.cluster_names:
+            if claims is not None:
+                contexts = {STATUS_CONTEXT.format(cluster=c): c for c in policy.cluster_names}
+                try:
+                    pending = [contexts[c] for c in await claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
+                except InfraError as exc:
+                    log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
+            for cluster in policy.cluster_names if claims is None else ():
                 try:
                     state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
                 except InfraError as exc:
@@ -42,8 +56,21 @@ async def resume_pending(bot: BotContext) -> list[PrecheckPlan]:
                     # Not a fork: the head repository is the base repository, so its clone URL is ours.
                     clone_url=policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git"),
                     clusters=tuple(pending),
-                    trigger="restart: status was left pending",
+                    trigger=trigger,
                 )
                 bot.runner.schedule(plan)
                 plans.append(plan)
     return plans
+
+
+async def sweep_pending(bot: BotContext, interval: float) -> None:
+    """The leader's job: every `interval` seconds, re-run prechecks left pending by a replica that is gone."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            plans = await resume_pending(bot, trigger="a replica left the status pending")
+        except Exception:  # the sweep must outlive one bad round
+            log.exception("sweep of pending prechecks failed")
+            continue
+        if plans:
+            log.info("re-running %d precheck(s) a stopped replica left pending", len(plans))

@@ -593,11 +593,18 @@ class FakeGitHub:
             self.comments[comment.id] = comment
             return comment
 
-    def add_status(self, repo: str, sha: str, *, state: str, context: str, description: str | None = None, creator: str = "ci-bot") -> CommitStatus:
+    def add_status(
+        self, repo: str, sha: str, *, state: str, context: str, description: str | None = None, creator: str = "ci-bot",
+        created_at: float | None = None, target_url: str | None = None,
+    ) -> CommitStatus:
+        """A status as if set earlier (`created_at`: epoch seconds, default now), newest first like GitHub's list."""
         with self.lock:
             self.add_user(creator)
             full = self._repo(repo).full_name
-            status = CommitStatus(id=self._next_id(), repo=full, sha=sha, state=state, context=context, description=description, target_url=None, creator=creator, created_at=time.time())
+            status = CommitStatus(
+                id=self._next_id(), repo=full, sha=sha, state=state, context=context, description=description, target_url=target_url,
+                creator=creator, created_at=time.time() if created_at is None else created_at,
+            )
             self.statuses.setdefault((full.lower(), sha), []).insert(0, status)
             return status
 

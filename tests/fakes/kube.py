@@ -15,6 +15,13 @@ What it serves, read-only (GET only; anything else is 405):
 * namespaced and cluster-scoped get and list (``/apis/<g>/<v>[/namespaces/<ns>]/<plural>[/<name>]``,
   ``/api/v1/...``), lists paginated with ``limit``/``continue``; unknown objects are 404 ``Status``.
 
+Writes are served for one kind only, ``coordination.k8s.io/v1`` Leases (leader election, bot/lease.py):
+GET/POST/PUT/DELETE on ``/apis/coordination.k8s.io/v1/namespaces/<ns>/leases[/<name>]`` with the API server's
+optimistic concurrency — a PUT whose ``metadata.resourceVersion`` is not the stored one is 409 ``Conflict``, a
+POST of an existing name 409 ``AlreadyExists``, a PUT of a missing Lease 404 — and its MicroTime format
+(``acquireTime``/``renewTime`` must have exactly six fractional digits, else 400). ``fake.lease(ns, name)``
+returns a copy of the stored Lease.
+
 Faults (``fake.inject(path_regex, status=…, delay=…, times=…)``), matched in order against the request
 path: an HTTP status (401/403/404/500 with a ``Status`` body) or a delay (then served normally).
 Requests without ``Authorization: Bearer <token>`` are 401. ``fake.requests`` logs (method, path, status).
@@ -69,6 +76,10 @@ BUILTIN = (
     Resource("source.toolkit.fluxcd.io", "v1", "HelmRepository", "helmrepositories", True),
     Resource("helm.toolkit.fluxcd.io", "v2", "HelmRelease", "helmreleases", True),
 )
+
+
+LEASE_PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?/?$")
+MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
 
 
 @dataclass
@@ -254,6 +265,9 @@ class FakeKube:
         if fault is not None and fault.status:
             reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 500: "InternalError", 503: "ServiceUnavailable"}.get(fault.status, "Failure")
             return self._status(fault.status, reason, f"injected {fault.status} for {path}")
+        lease = LEASE_PATH.match(path)
+        if lease is not None:
+            return await self._lease_request(request, lease.group("ns"), lease.group("name"))
         if request.method != "GET":
             return self._status(405, "MethodNotAllowed", "the fake API server is read-only")
         parts = [p for p in path.split("/") if p]
@@ -329,6 +343,75 @@ class FakeKube:
         if more:
             meta["continue"] = more
         return web.json_response({"kind": f"{resource.kind}List", "apiVersion": resource.group_version, "metadata": meta, "items": page})
+
+    # ------------------------------------------------------------------ leases (the one writable kind)
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of a stored Lease, or None."""
+        with self.lock:
+            found = self.objects.get(("coordination.k8s.io", "leases", namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    async def _lease_request(self, request: web.Request, namespace: str, name: str | None) -> web.Response:
+        key = lambda n: ("coordination.k8s.io", "leases", namespace, n)  # noqa: E731
+        if request.method == "GET":
+            with self.lock:
+                if name is None:
+                    items = [copy.deepcopy(o) for k, o in sorted(self.objects.items()) if k[:3] == key("")[:3]]
+                    return web.json_response({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+                found = self.objects.get(key(name))
+            if found is None:
+                return self._status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            return web.json_response(copy.deepcopy(found))
+        if request.method == "DELETE" and name is not None:
+            with self.lock:
+                found = self.objects.pop(key(name), None)
+            if found is None:
+                return self._status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        if request.method not in ("POST", "PUT") or (request.method == "POST") != (name is None):
+            return self._status(405, "MethodNotAllowed", f"{request.method} is not supported on this path")
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._status(400, "BadRequest", "the body is not JSON")
+        if not isinstance(body, dict) or body.get("kind") != "Lease" or body.get("apiVersion") != "coordination.k8s.io/v1":
+            return self._status(400, "BadRequest", "the body is not a coordination.k8s.io/v1 Lease")
+        meta = body.setdefault("metadata", {})
+        target = name if name is not None else meta.get("name")
+        if not target or meta.get("name", target) != target:
+            return self._status(400, "BadRequest", "metadata.name is missing or does not match the URL")
+        if meta.get("namespace", namespace) != namespace:
+            return self._status(400, "BadRequest", "metadata.namespace does not match the URL")
+        spec = body.get("spec") or {}
+        for field_name in ("acquireTime", "renewTime"):
+            value = spec.get(field_name)
+            if value is not None and not (isinstance(value, str) and MICRO_TIME.match(value)):
+                return self._status(400, "BadRequest", f'Lease in version "v1" cannot be handled as a Lease: spec.{field_name}: {value!r} is not a MicroTime')
+        duration = spec.get("leaseDurationSeconds")
+        if duration is not None and (not isinstance(duration, int) or duration < 1):
+            return self._status(422, "Invalid", "spec.leaseDurationSeconds: must be greater than 0")
+        with self.lock:
+            current = self.objects.get(key(target))
+            if request.method == "POST" and current is not None:
+                return self._status(409, "AlreadyExists", f'leases.coordination.k8s.io "{target}" already exists')
+            if request.method == "PUT":
+                if current is None:
+                    return self._status(404, "NotFound", f'leases.coordination.k8s.io "{target}" not found')
+                sent = meta.get("resourceVersion")
+                if sent and sent != current["metadata"]["resourceVersion"]:
+                    return self._status(
+                        409, "Conflict",
+                        f'Operation cannot be fulfilled on leases.coordination.k8s.io "{target}": the object has been modified; '
+                        "please apply your changes to the latest version and try again",
+                    )
+            self._rv += 1
+            meta["name"], meta["namespace"], meta["resourceVersion"] = target, namespace, str(self._rv)
+            meta["uid"] = current["metadata"]["uid"] if current is not None else f"uid-{self._rv}"
+            stored = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+            self.objects[key(target)] = stored
+            answer = copy.deepcopy(stored)
+        return web.json_response(answer, status=201 if request.method == "POST" else 200)
 
     @staticmethod
     def _as_version(obj: Mapping[str, Any], resource: Resource) -> dict[str, Any]:
