@@ -111,7 +111,7 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
 
     live, fetch_objects = _live(args)
     review = review_repository(
-        args.repo, args.cluster, args.base, args.head, options, cache_dir=args.cache_dir, live=live, fetch_objects=fetch_objects
+        args.repo, args.cluster, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects
     )
     if args.format == "json":
         text = json.dumps(review_to_json(review), indent=2, ensure_ascii=False) + "\n"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot import gitrepo
-from bot.cache import BuildCache, default_cache_dir
+from bot.cache import BuildCache
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine import Analysis, CheckOptions, analyse, build_report
 from bot.errors import UserError
@@ -106,7 +106,7 @@ def review_repository(
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
-    cache = BuildCache(cache_dir or default_cache_dir())
+    cache = BuildCache(cache_dir) if cache_dir else None  # the CLI passes the default dir unless --no-cache
     memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
