@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import AbstractSet, Callable, Mapping, Sequence
 
 from bot.errors import TierOrderError, UserError
-from bot.tierorder import StaleReason, read_tier_order, rewrite_tier_order, stable_order, stale_reasons
+from bot.tierorder import StaleReason, find_cycle, read_tier_order, rewrite_tier_order, stable_order, stale_reasons
 from bot.tierorder import _lcs  # the same longest-common-subsequence the rewrite keeps lines by
 
 __all__ = [
@@ -118,31 +118,6 @@ def union_graph(graphs: ClusterGraphs) -> UnionGraph:
         tiers={t: tuple(sorted(set(c))) for t, c in sorted(tiers.items())},
         edges={e: tuple(sorted(set(c))) for e, c in sorted(edges.items())},
     )
-
-
-def _cycle(deps: Mapping[str, AbstractSet[str]]) -> list[str] | None:
-    """A cycle [a, b, ..., a] (each depends on the next), deterministic, or None."""
-    state: dict[str, int] = {}
-    for root in sorted(deps):
-        if root in state:
-            continue
-        path, iterators = [root], [iter(sorted(deps[root]))]
-        state[root] = 1
-        while iterators:
-            nxt = next(iterators[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                iterators.pop()
-            elif state.get(nxt) == 1:
-                cycle = path[path.index(nxt) :]
-                k = cycle.index(min(cycle))
-                cycle = cycle[k:] + cycle[:k]
-                return cycle + [cycle[0]]
-            elif nxt not in state:
-                state[nxt] = 1
-                path.append(nxt)
-                iterators.append(iter(sorted(deps.get(nxt, ()))))
-    return None
 
 
 class TierOrderConflict(UserError):
@@ -365,7 +340,7 @@ def plan_tier_fix(graphs: ClusterGraphs, text: str, *, file: str, variable: str)
     """
     union = union_graph(graphs)
     deps = union.deps
-    cycle = _cycle(deps)
+    cycle = find_cycle(deps)
     if cycle is not None:
         edges = [union.edge(cycle[i], cycle[i + 1]) for i in range(len(cycle) - 1)]
         raise TierOrderConflict(cycle, edges, union.clusters)

@@ -497,7 +497,7 @@ def stale_reasons(names: Sequence[str], deps: Mapping[str, AbstractSet[str]]) ->
     return reasons
 
 
-def _find_cycle(graph: Mapping[str, frozenset[str]]) -> list[str] | None:
+def find_cycle(graph: Mapping[str, AbstractSet[str]]) -> list[str] | None:
     """A dependency cycle as [a, b, ..., a] (each depends on the next), or None; deterministic."""
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     for root in sorted(graph):
@@ -520,7 +520,7 @@ def _find_cycle(graph: Mapping[str, frozenset[str]]) -> list[str] | None:
             elif nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
-                iterators.append(iter(sorted(graph[nxt])))
+                iterators.append(iter(sorted(graph.get(nxt, ()))))
     return None
 
 
@@ -538,7 +538,7 @@ def stable_order(current: Sequence[str], deps: Mapping[str, AbstractSet[str]]) -
     #   (transitively) needs it, else at the end: appending is what a person would do, and
     #   putting an unconstrained tier ahead of the foundation (CNI...) would be surprising.
     graph = _graph(deps)
-    cycle = _find_cycle(graph)
+    cycle = find_cycle(graph)
     if cycle is not None:
         raise TierOrderError(
             "tier dependencies form a cycle: " + " -> ".join(cycle) + " (each depends on the next)"
