@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from bot.graph import TierGraph
-from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
+from bot.model import Finding, Manifest, ObjectRef, Severity, TierId, TierSpec
 from bot.render import ClusterRender, RenderedTier
 
 CHECK_PRUNE_TRANSIENT = "prune-transient"

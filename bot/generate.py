@@ -145,8 +145,8 @@ class KustomizationIndex:
         for key in _REFUSED_FIELDS:
             if doc.get(key):
                 info.problems.append(PathProblem(rel_file, key, "needs kustomize's --enable-helm, which Fluxwarden never passes"))
-        for field, ref in _references(doc):
-            self._classify(info, ref, plugin_config=field in _PLUGIN_FIELDS)
+        for source_field, ref in _references(doc):
+            self._classify(info, ref, plugin_config=source_field in _PLUGIN_FIELDS)
         for key in ("generators", "transformers", "validators"):
             for entry in doc.get(key) or []:
                 if isinstance(entry, str) and "\n" in entry:

@@ -10,7 +10,7 @@ import pytest
 
 from bot.cli import main
 from bot.diff import ChangeKind
-from bot.model import Severity, TierId
+from bot.model import Finding, Severity, TierId
 from bot.review import review_repository
 from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
 
@@ -91,9 +91,7 @@ def test_head_without_base(seed_pr: tuple[Path, str, str], capsys: pytest.Captur
     assert "--head needs --base" in capsys.readouterr().err
 
 
-def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str | None = "a") -> "Finding":
-    from bot.model import Finding
-
+def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str | None = "a") -> Finding:
     return Finding(check, severity, message, kustomization=TierId("flux-system", tier) if tier else None)
 
 

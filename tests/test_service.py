@@ -7,7 +7,6 @@ kustomize, and reconciles comments and statuses on the fake over HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
