@@ -172,28 +172,49 @@ class PrecheckRunner:
     target_url: str | None = None
     service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
     claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (handlers/claims.py)
+    _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
-        """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster."""
+        """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster.
+
+        The pending status (our claim) and the "running" comment are written at once, not when a
+        worker frees up: a run still waiting in the queue then survives this process dying (the
+        restart/sweep re-runs pending statuses), and a second replica sees the claim.
+        """
         outcome = {}
         for cluster in plan.clusters:
             key = (plan.repo, plan.number, cluster)
             outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
+            if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
+                for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.head_sha]:
+                    self._claimed.pop(stale)  # its run was cancelled; the task itself still finishes
+                self._claimed[(key, plan.head_sha)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
         self.metrics.queue_depth.set(self.queue.depth)
         return outcome
+
+    async def _claim(self, plan: PrecheckPlan, cluster: str) -> bool:
+        """Write the running state (the status is the claim); False when another replica owns this run."""
+        running = running_state(plan, cluster)
+        context = STATUS_CONTEXT.format(cluster=cluster)
+        current = self.queue.is_current((plan.repo, plan.number, cluster), plan.head_sha)
+        if self.claims is None:
+            # The status belongs to this SHA; the comment only while it is still the newest run.
+            await self._reconcile(plan, cluster, running, skip=() if current else ("comment",))
+            return True
+        if await self.claims.acquire(plan.repo, plan.head_sha, context, running.status.description, self.target_url):
+            if current:
+                await self._reconcile(plan, cluster, running, skip=("status",))  # the claim is the pending status
+            return True
+        return False
 
     async def run(self, plan: PrecheckPlan, cluster: str) -> None:
         """One cluster's run: running state, review (in a worker thread), final state — unless superseded."""
         key = (plan.repo, plan.number, cluster)
         started = time.monotonic()
         self.metrics.queue_depth.set(self.queue.depth)
-        running = running_state(plan, cluster)
         context = STATUS_CONTEXT.format(cluster=cluster)
-        if self.claims is None:
-            await self._reconcile(plan, cluster, running)
-        elif await self.claims.acquire(plan.repo, plan.head_sha, context, running.status.description, self.target_url):
-            await self._reconcile(plan, cluster, running, skip=("status",))  # the claim is the pending status
-        else:
+        claim = self._claimed.pop((key, plan.head_sha), None)
+        if not await (claim if claim is not None else self._claim(plan, cluster)):
             return  # another replica runs this SHA and cluster
         try:
             review = await asyncio.wait_for(self._live_review(plan, cluster), timeout=self.run_timeout)

@@ -1,0 +1,68 @@
+"""A run waiting for a worker already shows its pending status and "running" comment (so a crash cannot lose it).
+
+The GitHub and git sides are in-memory implementations of the small interfaces the handler owns
+(handlers/precheck.py PrecheckGitHub / PrecheckGit), in the style of Prow's plugin clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.metrics import new_metrics
+from bot.runs import RunQueue, Submitted
+from handlers.precheck import PrecheckPlan, PrecheckRunner
+
+
+@dataclass
+class RecordingGitHub:
+    is_app: bool = False
+    statuses: list[tuple[str, str, str]] = field(default_factory=list)  # (sha, context, state)
+    comments: dict[str, str] = field(default_factory=dict)
+
+    def installation_token(self) -> str | None:
+        return None
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
+        self.comments[marker] = bodies[0]
+        return [1]
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
+        self.statuses.append((sha, context, state))
+
+    def upsert_check_run(self, *args: object, **kwargs: object) -> int:
+        raise AssertionError("not an App")
+
+
+class BlockedGit:
+    """Every fetch waits until released, then fails (the run ends in an `error` status)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None):
+        self.release.wait(10)
+        from bot.errors import InfraError
+
+        raise InfraError("origin unreachable")
+
+
+def plan(number: int) -> PrecheckPlan:
+    return PrecheckPlan("o/r", number, f"{number:040x}", "main", "https://example.invalid/o/r.git", ("prod",), "test")
+
+
+async def test_queued_run_is_already_pending(tmp_path: Path) -> None:
+    github, git = RecordingGitHub(), BlockedGit()
+    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path)
+    first, second = plan(1), plan(2)
+    assert runner.schedule(first) == {"prod": Submitted.STARTED}
+    assert runner.schedule(second) == {"prod": Submitted.STARTED}
+    await asyncio.sleep(0.2)
+    assert runner.queue.depth == 1  # PR 2 waits for the only worker...
+    assert (second.head_sha, "fluxwarden/prod", "pending") in github.statuses  # ...yet GitHub already shows it pending
+    assert "fluxwarden:precheck:prod" in github.comments
+    git.release.set()
+    await runner.queue.drain(timeout=10)
+    assert [s for s in github.statuses if s[0] == second.head_sha] == [(second.head_sha, "fluxwarden/prod", "pending"), (second.head_sha, "fluxwarden/prod", "error")]
