@@ -106,6 +106,14 @@ def annotations_for(review: ClusterReview) -> tuple[dict, ...]:
     return tuple(out)
 
 
+def blob_base(plan: PrecheckPlan) -> str:
+    """Where `file:line` links point: the PR head on the repository's own web host (GitHub Enterprise too)."""
+    url = plan.clone_url
+    if url.startswith("https://"):
+        return f"{url.removesuffix('.git').rstrip('/')}/blob/{plan.head_sha}"
+    return f"https://github.com/{plan.repo}/blob/{plan.head_sha}"
+
+
 def _marker(cluster: str) -> str:
     return COMMENT_MARKER.format(cluster=cluster)
 
@@ -218,7 +226,7 @@ class PrecheckRunner:
             return  # another replica runs this SHA and cluster
         try:
             review = await asyncio.wait_for(self._live_review(plan, cluster), timeout=self.run_timeout)
-            desired = result_state(review, link_base=f"https://github.com/{plan.repo}/blob/{plan.head_sha}")
+            desired = result_state(review, link_base=blob_base(plan))
             verdict = desired.status.state
         except asyncio.TimeoutError:
             desired, verdict = error_state(cluster, f"the run took longer than {self.run_timeout:g}s", infrastructure=True), "error"

@@ -66,3 +66,12 @@ async def test_queued_run_is_already_pending(tmp_path: Path) -> None:
     git.release.set()
     await runner.queue.drain(timeout=10)
     assert [s for s in github.statuses if s[0] == second.head_sha] == [(second.head_sha, "fluxwarden/prod", "pending"), (second.head_sha, "fluxwarden/prod", "error")]
+
+
+def test_links_point_at_the_repository_host() -> None:
+    from handlers.precheck import blob_base
+
+    ghe = PrecheckPlan("o/r", 1, "a" * 40, "main", "https://ghe.example.com/o/r.git", ("prod",), "t")
+    assert blob_base(ghe) == f"https://ghe.example.com/o/r/blob/{'a' * 40}"
+    local = PrecheckPlan("o/r", 1, "a" * 40, "main", "/srv/git/r.git", ("prod",), "t")
+    assert blob_base(local) == f"https://github.com/o/r/blob/{'a' * 40}"
