@@ -46,9 +46,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from aiohttp import web
+from tests.fakes.threaded import serve_in_thread
 
 API_PREFIX = "/api/v3"
 REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"})
@@ -422,38 +423,9 @@ class FakeGitHub:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    @contextlib.contextmanager
-    def start_in_thread(self) -> Iterator[str]:
+    def start_in_thread(self) -> contextlib.AbstractContextManager[str]:
         """Serve from a daemon thread with its own loop; yields the base URL."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # pragma: no cover - surfaced below
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-        thread = threading.Thread(target=run, name="fake-github", daemon=True)
-        thread.start()
-        ready.wait(10)
-        if failure:
-            raise failure[0]
-        try:
-            yield self.base_url
-        finally:
-            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+        return serve_in_thread(self.start, self.stop, lambda: self.base_url, "fake-github")
 
     # ------------------------------------------------------------------ seeding
 

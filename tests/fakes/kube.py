@@ -36,10 +36,11 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import yaml
 from aiohttp import web
+from tests.fakes.threaded import serve_in_thread
 
 
 @dataclass(frozen=True)
@@ -148,37 +149,9 @@ class FakeKube:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    @contextlib.contextmanager
-    def start_in_thread(self) -> Iterator[str]:
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # pragma: no cover - surfaced below
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-        thread = threading.Thread(target=run, name="fake-kube", daemon=True)
-        thread.start()
-        ready.wait(10)
-        if failure:
-            raise failure[0]
-        try:
-            yield self.url
-        finally:
-            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+    def start_in_thread(self) -> contextlib.AbstractContextManager[str]:
+        """Serve from a daemon thread with its own loop; yields the base URL."""
+        return serve_in_thread(self.start, self.stop, lambda: self.url, "fake-kube")
 
     def kubeconfig(self, path: Path, *, context: str = "fake", token: str | None = None, server: str | None = None) -> Path:
         """Write a kubeconfig for this server (token auth, plain http); `token`/`server` override for failure tests."""
