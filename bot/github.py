@@ -583,13 +583,7 @@ class GitHubAdapter:
     def update_pull(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> None:
         """Edit a PR's title and/or body (nothing is sent when both are None)."""
         full = self._repo_path(repo)
-        changes: dict[str, str] = {}
-        if title is not None:
-            changes["title"] = title
-        if body is not None:
-            if len(body) > MAX_COMMENT:
-                raise ValueError(f"pull request body is longer than GitHub's {MAX_COMMENT} characters")
-            changes["body"] = body
+        changes = _title_body_edits(title, body, "pull request")
         if not changes:
             return
         pr = self._call(f"get pull request {repo}#{number}", lambda: self._gh.get_repo(full).get_pull(int(number)))
@@ -668,13 +662,7 @@ class GitHubAdapter:
     def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None, state: str | None = None) -> None:
         """Edit an issue's title, body and/or state (`open` reopens, `closed` closes as completed); nothing when all are None."""
         full = self._repo_path(repo)
-        changes: dict[str, str] = {}
-        if title is not None:
-            changes["title"] = title
-        if body is not None:
-            if len(body) > MAX_COMMENT:
-                raise ValueError(f"issue body is longer than GitHub's {MAX_COMMENT} characters")
-            changes["body"] = body
+        changes = _title_body_edits(title, body, "issue")
         if state is not None:
             if state not in ("open", "closed"):
                 raise ValueError("issue state must be open or closed")
@@ -861,3 +849,15 @@ class GitHubAdapter:
                 raise GitHubError(f"GitHub {self._scrub(what)} failed: {type(exc).__name__}") from None
             self._note_rate()
             return result
+
+
+def _title_body_edits(title: str | None, body: str | None, what: str) -> dict[str, str]:
+    """The fields of an issue/PR edit that are set, with GitHub's body length limit enforced before sending."""
+    changes: dict[str, str] = {}
+    if title is not None:
+        changes["title"] = title
+    if body is not None:
+        if len(body) > MAX_COMMENT:
+            raise ValueError(f"{what} body is longer than GitHub's {MAX_COMMENT} characters")
+        changes["body"] = body
+    return changes
