@@ -1,8 +1,8 @@
 """An on-disk cache of kustomize builds, keyed by the content of everything a build reads.
 
-A tier's key is the kustomize version, the spec fields kustomize sees, and the SHA-256 of each
+A tier's key is the kustomize version, the spec fields kustomize sees, and the git blob id of each
 input file (kustomization files, the resources they name, every file of each directory they
-reach). Substitution is not cached: variables change per cluster and cost little.
+reach). Finished tiers (after substitution) are cached under that key plus their variables.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import pickle
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-FORMAT = 2  # bump when the cached shape changes
+if TYPE_CHECKING:
+    from bot.snapshot import Snapshot
+
+FORMAT = 3  # bump when the cached shape or the key changes
 
 
 def default_cache_dir() -> Path:
@@ -29,10 +32,14 @@ def default_cache_dir() -> Path:
 
 
 class ContentHasher:
-    """SHA-256 of repo files, memoised: tiers share files and each is read once."""
+    """Content ids of snapshot files and directories, memoised: tiers share files and each is read once.
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    A file's id is its git blob id (known without reading it for a lazy snapshot of a commit); a
+    directory's is a hash over the ids of the files directly in it.
+    """
+
+    def __init__(self, snapshot: "Snapshot") -> None:
+        self.snapshot = snapshot
         self._digests: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -41,15 +48,12 @@ class ContentHasher:
             cached = self._digests.get(rel)
         if cached is not None:
             return cached
-        path = self.root / rel
-        try:
-            if path.is_dir():
-                names = sorted(p.name for p in path.iterdir() if p.is_file())
-                value = "dir:" + hashlib.sha256("\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names).encode()).hexdigest()
-            else:
-                value = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            value = "missing"
+        if self.snapshot.is_dir(rel):
+            names = self.snapshot.list_dir(rel)[1]
+            listing = "\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names)
+            value = "dir:" + hashlib.sha256(listing.encode()).hexdigest()
+        else:
+            value = self.snapshot.file_digest(rel) or "missing"
         with self._lock:
             self._digests[rel] = value
         return value

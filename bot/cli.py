@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.cache import default_cache_dir
-from bot.engine import CheckOptions, check_repository
+from bot.engine import CheckOptions, check_repository, tune_gc
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.report import format_markdown, format_text
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     check.add_argument("--output", type=Path, help="write the report here instead of stdout")
     check.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
-    check.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count)")
+    check.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
     check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tune_gc()
     try:
         if args.command == "serve":
             return _serve(args)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from bot.errors import ConfigError, InputError
 from bot.model import SourceRef
-from bot.snapshot import normalise_repo_path
+from bot.snapshot import KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
 from bot.yamlio import load_one
 
 CONFIG_FILE = ".fluxwarden.yaml"
@@ -121,29 +120,25 @@ def _tier_order(raw: Any) -> TierOrderConfig | None:
     return TierOrderConfig(file=path, variable=raw["variable"])
 
 
-def cluster_entry(config: RepoConfig, name: str, repo_root: Path) -> str:
+def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
     """The entry path of a cluster: from config, else `clusters/<name>`."""
     if name in config.clusters:
         return config.clusters[name]
-    if (repo_root / CLUSTERS_DIR / name).is_dir():
+    if "/" not in name and name not in ("", ".", "..") and snapshot.is_dir(f"{CLUSTERS_DIR}/{name}"):
         return f"{CLUSTERS_DIR}/{name}"
-    known = ", ".join(sorted(known_clusters(config, repo_root))) or "none found"
+    known = ", ".join(sorted(known_clusters(config, snapshot))) or "none found"
     raise ConfigError(f"unknown cluster {name!r} (known: {known})")
 
 
-def known_clusters(config: RepoConfig, repo_root: Path) -> dict[str, str]:
+def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
     """Every cluster of the repo: the configured ones, else each `clusters/*` dir no sibling includes."""
     if config.clusters:
         return dict(config.clusters)
-    base = repo_root / CLUSTERS_DIR
-    if not base.is_dir():
-        return {}
-    dirs = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+    dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
     included: set[str] = set()
     for name in dirs:
-        for kfile in ("kustomization.yaml", "kustomization.yml", "Kustomization"):
-            path = base / name / kfile
-            if path.is_file():
-                text = path.read_text(encoding="utf-8", errors="replace")
+        for kfile in KUSTOMIZATION_FILES:
+            text = snapshot.read_text(f"{CLUSTERS_DIR}/{name}/{kfile}") if snapshot.is_file(f"{CLUSTERS_DIR}/{name}/{kfile}") else None
+            if text is not None:
                 included.update(d for d in dirs if d != name and f"../{d}" in text)
     return {name: f"{CLUSTERS_DIR}/{name}" for name in dirs if name not in included}

@@ -50,7 +50,7 @@ def render_cluster(tree: Path, cluster: str, options: CheckOptions = CheckOption
     with tempfile.TemporaryDirectory(prefix="fluxwarden-drift-") as tmp:
         snapshot = build_snapshot(tree, Path(tmp))
         config = load_repo_config(snapshot.read_text(CONFIG_FILE))
-        entry = cluster_entry(config, cluster, snapshot.root)
+        entry = cluster_entry(config, cluster, snapshot)
         knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
         cache = BuildCache(cache_dir) if cache_dir is not None else None
         renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache)

@@ -70,10 +70,7 @@ class KustomizationIndex:
                 "kind": "Kustomization",
                 "resources": generated_resources(self.snapshot, directory),
             }
-            target = self.snapshot.path(directory) / "kustomization.yaml"
-            tmp = target.with_name(".kustomization.yaml.fluxwarden-tmp")
-            tmp.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
-            os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+            self.snapshot.write_file(posixpath.join(directory, "kustomization.yaml"), yaml.safe_dump(body, sort_keys=False))
             self._generated.add(directory)
 
     def is_generated(self, directory: str) -> bool:
@@ -91,8 +88,13 @@ class KustomizationIndex:
             self._cache[directory] = info
         return info
 
-    def reach(self, directory: str, extra_components: Iterable[str] = ()) -> tuple[set[str], set[str], list[PathProblem]]:
-        """Directories and files a build of `directory` may read, and the unsafe references found on the way."""
+    def reach(
+        self, directory: str, extra_components: Iterable[str] = (), *, aliases: bool = True
+    ) -> tuple[set[str], set[str], list[PathProblem]]:
+        """Directories and files a build of `directory` may read, and the unsafe references found on the way.
+
+        `aliases=False` leaves out the alias check of every file (see `alias_problems`).
+        """
         seen_dirs: set[str] = set()
         files: set[str] = set()
         problems: list[PathProblem] = []
@@ -108,9 +110,13 @@ class KustomizationIndex:
             files.update(info.files)
             problems.extend(info.problems)
             stack.extend(info.directories)
-        # kustomize expands YAML aliases itself (a billion-laughs file exhausts its memory): check first.
-        problems.extend(p for p in map(self._alias_problem, sorted(files)) if p is not None)
+        if aliases:
+            problems.extend(self.alias_problems(files))
         return seen_dirs, files, problems
+
+    def alias_problems(self, files: Iterable[str]) -> list[PathProblem]:
+        """YAML files that expand aliases too far: kustomize expands them itself (a billion-laughs file exhausts its memory)."""
+        return [p for p in map(self._alias_problem, sorted(files)) if p is not None]
 
     def _alias_problem(self, rel: str) -> PathProblem | None:
         with self._lock:
@@ -127,8 +133,7 @@ class KustomizationIndex:
         return problem
 
     def _read(self, directory: str) -> KustomizationInfo:
-        base = self.snapshot.path(directory)
-        name = next((n for n in KUSTOMIZATION_FILES if (base / n).is_file()), None)
+        name = next((n for n in KUSTOMIZATION_FILES if self.snapshot.is_file(posixpath.join(directory, n))), None)
         with self._lock:
             generated = directory in self._generated
         if name is None or generated:
@@ -157,7 +162,7 @@ class KustomizationIndex:
         rel_file = info.file or info.directory
         local = posixpath.normpath(posixpath.join(info.directory, ref)) if not ref.startswith("/") else None
         # kustomize tries a reference as a local path before a remote one, so `apps//b` that exists is local.
-        exists_locally = local is not None and not local.startswith("..") and self.snapshot.path("" if local == "." else local).exists()
+        exists_locally = local is not None and not local.startswith("..") and self.snapshot.exists("" if local == "." else local)
         if _REMOTE.search(ref) and not exists_locally:
             info.problems.append(PathProblem(rel_file, ref, "is a remote reference; Fluxwarden does not fetch remote bases"))
             return
@@ -169,17 +174,16 @@ class KustomizationIndex:
             info.problems.append(PathProblem(rel_file, ref, "climbs out of the repository"))
             return
         joined = "" if joined == "." else joined
-        target = self.snapshot.path(joined)
-        if target.is_dir():
+        if self.snapshot.is_dir(joined):
             info.directories.append(joined)
             if plugin_config:
                 # A transformers/generators entry that is a directory feeds every object it builds in as a plugin config.
                 for rel in sorted(self.reach(joined)[1]):
-                    if self.snapshot.path(rel).is_file():
+                    if self.snapshot.is_file(rel):
                         _check_plugin_file(self.snapshot, info, rel)
         else:
             info.files.append(joined)
-            if plugin_config and target.is_file():
+            if plugin_config and self.snapshot.is_file(joined):
                 _check_plugin_file(self.snapshot, info, joined)
 
 
@@ -248,38 +252,29 @@ def generated_resources(snapshot: Snapshot, directory: str) -> list[str]:
     included as one resource and not descended into. Like Go's filepath.Walk, symlinked
     directories are not followed.
     """
-    root = snapshot.path(directory)
     out: list[str] = []
-    for current, dirs, files in os.walk(root):
-        dirs.sort()
-        rel_dir = os.path.relpath(current, root)
+
+    def visit(rel: str) -> None:
+        subdirs, names = snapshot.list_dir(posixpath.join(directory, rel) if rel else directory)
         keep = []
-        for d in dirs:
-            sub = Path(current) / d
-            if sub.is_symlink():
-                continue
-            if any((sub / n).is_file() for n in KUSTOMIZATION_FILES):
-                out.append(_posix(rel_dir, d))
-            else:
-                keep.append(d)
-        dirs[:] = keep
-        for f in sorted(files):
-            if f.endswith((".yaml", ".yml")) and f not in KUSTOMIZATION_FILES:
-                out.append(_posix(rel_dir, f))
+        for name in subdirs:
+            sub = posixpath.join(rel, name)
+            (out if snapshot.has_kustomization(posixpath.join(directory, sub)) else keep).append(sub)
+        out.extend(posixpath.join(rel, n) for n in names if n.endswith((".yaml", ".yml")) and n not in KUSTOMIZATION_FILES)
+        for sub in keep:  # depth first, in name order, as filepath.Walk visits them
+            visit(sub)
+
+    visit("")
     return out
-
-
-def _posix(rel_dir: str, name: str) -> str:
-    return name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
 
 
 def _generated_info(snapshot: Snapshot, directory: str) -> KustomizationInfo:
     info = KustomizationInfo(directory=directory, file=None)
-    if not snapshot.path(directory).is_dir():
+    if not snapshot.is_dir(directory):
         return info
     for entry in generated_resources(snapshot, directory):
         joined = posixpath.join(directory, entry) if directory else entry
-        (info.directories if snapshot.path(joined).is_dir() else info.files).append(joined)
+        (info.directories if snapshot.is_dir(joined) else info.files).append(joined)
     return info
 
 

@@ -34,6 +34,7 @@ from urllib.parse import quote, urlsplit
 import git
 
 from bot.errors import InfraError, UserError
+from bot.snapshot import Snapshot, TreeEntry, build_lazy_snapshot, build_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,46 @@ def export_tree(repo_dir: Path, rev: str, dest: Path) -> str:
             for member in archive:
                 _extract_member(archive, member, root)
     return sha
+
+
+@contextmanager
+def commit_snapshot(repo_dir: Path, rev: str, dest: Path) -> Iterator[tuple[str, Snapshot]]:
+    """The sanitised snapshot of `rev` in `dest`, and its SHA: lazy (files written as builds need them)
+    when the commit has no symlink, else exported and copied whole."""
+    repo = _open(repo_dir)
+    sha = resolve(repo_dir, rev)
+    lock = threading.Lock()
+
+    def read_blob(oid: str) -> bytes:
+        with lock:  # one `git cat-file --batch` process behind the object database: one request at a time
+            return repo.odb.stream(bytes.fromhex(oid)).read()
+
+    try:
+        snapshot = build_lazy_snapshot(list_tree(repo, sha), read_blob, dest)
+        if snapshot is None:
+            export_tree(repo_dir, sha, dest / "export")
+            snapshot = build_snapshot(dest / "export", dest)
+        yield sha, snapshot
+    finally:
+        repo.close()
+
+
+def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
+    """Every path of a commit (trees included) with its mode, type, object id and size, as `git ls-tree` lists them.
+
+    ls-tree reads the commit as source-controller's clone does: no .gitattributes export rules apply.
+    """
+    out = repo.git.ls_tree("-r", "-t", "-l", "-z", "--full-tree", sha, stdout_as_string=False)
+    entries = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw_path = record.partition(b"\t")
+        mode, kind, oid, size = meta.split()
+        entries.append(
+            TreeEntry(int(mode, 8), kind.decode(), oid.decode(), None if size == b"-" else int(size), raw_path.decode("utf-8", "surrogateescape"))
+        )
+    return entries
 
 
 def _has_export_attributes(commit: git.Commit) -> bool:

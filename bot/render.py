@@ -29,7 +29,7 @@ from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
-from bot.yamlio import check_aliases, document_heads, split_documents
+from bot.yamlio import FastSafeLoader, check_aliases, document_heads, split_documents
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
@@ -152,11 +152,11 @@ class Renderer:
         self.snapshot = snapshot
         self.config = config
         self.binary = binary
-        self.jobs = jobs or os.cpu_count() or 2
+        self.jobs = jobs or default_jobs()
         self.timeout = timeout
         self.index = KustomizationIndex(snapshot)
         self.cache = cache
-        self.hasher = ContentHasher(snapshot.root)
+        self.hasher = ContentHasher(snapshot)
         self.builds_run = 0
         # Shared by the base and head renderers of a review: a tier whose build and variables are the
         # same on both sides is substituted and parsed once.
@@ -186,7 +186,7 @@ class Renderer:
     def _build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
         tier = spec.id
-        if not self.snapshot.path(spec.path).is_dir():
+        if not self.snapshot.is_dir(spec.path):
             return RawTier(spec, failed=True, findings=(_failed(tier, f"path {spec.path or '.'!r} not found in the repository", spec.origin),))
         components = []
         for comp in spec.components:
@@ -197,23 +197,26 @@ class Renderer:
                 # write_overlay joins it as written: an absolute path would load a host directory.
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
-        dirs, files, problems = self.index.reach(spec.path, components)
+        dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
         self.index.ensure_kustomization(spec.path)
         inputs = frozenset(dirs | files)
         generated = {d for d in dirs if self.index.is_generated(d)}
         refused = [r for r in self.snapshot.refused if r.path in files or _under_any(r.path, generated)]
+        cache_key = None
+        if self.cache is not None and not (problems or refused):
+            cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
+            sources = self.cache.get(cache_key + "-sources")
+            if sources is not None:
+                # Only a build that passed every check below is cached: this content was checked already.
+                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
+        problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
                 _unsafe(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
                 for p in problems
             ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
-        cache_key = None
-        if self.cache is not None:
-            cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
-            sources = self.cache.get(cache_key + "-sources")
-            if sources is not None:
-                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
+        self.snapshot.materialize(dirs, files)
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
@@ -237,9 +240,9 @@ class Renderer:
         eager = [i for i, t in enumerate(texts) if not _MAY_SUBSTITUTE.search(t) or _CONFIG_KIND.search(t)]
         joined = "---\n".join(texts[i] if texts[i].endswith("\n") else texts[i] + "\n" for i in eager)
         try:
-            bodies = [b for b in yaml.load_all(joined, Loader=yaml.CSafeLoader) if b is not None]
+            bodies = [b for b in yaml.load_all(joined, Loader=FastSafeLoader) if b is not None]
             if len(bodies) != len(eager):
-                bodies = [yaml.load(texts[i], Loader=yaml.CSafeLoader) for i in eager]
+                bodies = [yaml.load(texts[i], Loader=FastSafeLoader) for i in eager]
         except yaml.YAMLError as exc:
             raise InputError(f"kustomize output is not valid YAML: {exc}") from None
         parsed = dict(zip(eager, bodies))
@@ -472,7 +475,7 @@ class Renderer:
                 if substituted:
                     check_aliases(text, f"{_describe(text)} after substitution")  # values can add anchors/aliases
                 if body is None:
-                    body = yaml.load(text, Loader=yaml.CSafeLoader)  # the stream failed: find which document
+                    body = yaml.load(text, Loader=FastSafeLoader)  # the stream failed: find which document
             except InputError as exc:
                 findings.append(_failed(spec.id, str(exc), origin))
                 out[index] = None
@@ -533,6 +536,11 @@ class Renderer:
         return variables, secret_names, open_set
 
 
+def default_jobs() -> int:
+    """Parallel builds: one per core plus one, so a core is not idle while Python parses a finished build."""
+    return (os.cpu_count() or 1) + 1
+
+
 def _build_key(spec: TierSpec) -> str:
     """The spec fields kustomize sees; two tiers with equal keys build identical output."""
     return json.dumps(
@@ -589,7 +597,7 @@ def _load_stream(texts: list[str]) -> list[Any]:
     if not texts:
         return []
     try:
-        bodies = [b for b in yaml.load_all("---\n".join(t if t.endswith("\n") else t + "\n" for t in texts), Loader=yaml.CSafeLoader) if b is not None]
+        bodies = [b for b in yaml.load_all("---\n".join(t if t.endswith("\n") else t + "\n" for t in texts), Loader=FastSafeLoader) if b is not None]
     except yaml.YAMLError:
         return [None] * len(texts)
     return bodies if len(bodies) == len(texts) else [None] * len(texts)

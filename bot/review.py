@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -109,15 +110,14 @@ def review_repository(
     cache = BuildCache(cache_dir) if cache_dir else None  # the CLI passes the default dir unless --no-cache
     memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
-    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
         work = Path(tmp)
-        base_sha = gitrepo.export_tree(repo, base, work / "base-export")
-        base_snapshot = build_snapshot(work / "base-export", work / "base")
+        base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base"))
+        head_sha: str | None
         if head is None:
             head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
         else:
-            head_sha = gitrepo.export_tree(repo, head, work / "head-export")
-            head_snapshot = build_snapshot(work / "head-export", work / "head")
+            head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head"))
         try:
             base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
         except UserError:

@@ -7,12 +7,16 @@ directory, refusing (with a reason) every path that could read outside the repos
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
 import shutil
-from dataclasses import dataclass
+import stat
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 from bot.yamlio import MAX_FILE_BYTES
 
@@ -105,29 +109,174 @@ def _glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
+def blob_id(data: bytes) -> str:
+    """git's object id of a file's content: a working-tree file and a committed one key the cache alike."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """One file of a commit: its blob id and size (content is read only when needed)."""
+
+    oid: str
+    size: int
+    executable: bool = False
+
+
+class GitTree:
+    """A commit's sanitised file list; content is read from git and written to disk only on demand.
+
+    A review of a one-tier change builds one tier: writing the other thousands of files of both
+    sides to disk would cost more than everything else it does.
+    """
+
+    def __init__(self, files: dict[str, TreeFile], dirs: set[str], read_blob: Callable[[str], bytes], root: Path) -> None:
+        self.files = files
+        self.dirs = dirs | {""}
+        self.root = root
+        self._read_blob = read_blob
+        self._children: dict[str, tuple[list[str], list[str]]] = {d: ([], []) for d in self.dirs}
+        for rel in sorted(self.dirs - {""}):
+            self._children[posixpath.dirname(rel)][0].append(posixpath.basename(rel))
+        for rel in sorted(files):
+            self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
+        self._generated: dict[str, bytes] = {}
+        self._written: set[str] = set()
+        self._lock = threading.Lock()
+
+    def read(self, rel: str) -> bytes | None:
+        with self._lock:
+            if rel in self._generated:
+                return self._generated[rel]
+        entry = self.files.get(rel)
+        return None if entry is None else self._read_blob(entry.oid)
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        dirs, files = self._children.get(rel, ([], []))
+        return list(dirs), list(files)
+
+    def add_generated(self, rel: str, data: bytes) -> None:
+        """A file we write ourselves (Flux's generated kustomization.yaml)."""
+        with self._lock:
+            self._generated[rel] = data
+            self.files[rel] = TreeFile(blob_id(data), len(data))
+            self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
+            self._children[posixpath.dirname(rel)][1].sort()
+            self._written.discard(rel)
+        self.materialize((), (rel,))
+
+    def materialize(self, dirs: Iterable[str], files: Iterable[str]) -> None:
+        """Write `files` and everything below `dirs` to disk (idempotent, thread-safe)."""
+        wanted = [f for f in files if f in self.files]
+        pending = list(dirs)
+        while pending:
+            current = pending.pop()
+            if current not in self.dirs:
+                continue
+            (self.root / current).mkdir(parents=True, exist_ok=True)
+            subdirs, names = self._children[current]
+            pending.extend(posixpath.join(current, d) if current else d for d in subdirs)
+            wanted.extend(posixpath.join(current, n) if current else n for n in names)
+        with self._lock:
+            todo = [f for f in dict.fromkeys(wanted) if f not in self._written]
+            self._written.update(todo)
+        for rel in todo:
+            target = self.root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = self.read(rel) or b""
+            tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
+            tmp.write_bytes(data)
+            if self.files[rel].executable:
+                tmp.chmod(0o755)
+            os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """A sanitised repository copy at `root` (kustomize reads only below `root.parent`)."""
+    """A sanitised repository copy at `root` (kustomize reads only below `root.parent`).
+
+    With `tree`, the copy is lazy: files reach `root` when `materialize` asks for them, and every
+    other question is answered from the commit's file list.
+    """
 
     root: Path
     refused: tuple[RefusedPath, ...]
+    tree: GitTree | None = field(default=None, compare=False)
 
     def path(self, rel: str) -> Path:
         """The snapshot path of a repo-relative path (already normalised and inside the repo)."""
         return self.root / rel if rel else self.root
 
-    def read_text(self, rel: str) -> str | None:
-        """A file's text, or None when it is not in the snapshot."""
-        target = self.path(rel)
+    def read_bytes(self, rel: str) -> bytes | None:
+        """A file's content, or None when it is not in the snapshot."""
+        if self.tree is not None:
+            return self.tree.read(rel)
         try:
-            return target.read_text(encoding="utf-8", errors="replace")
+            return self.path(rel).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
+    def read_text(self, rel: str) -> str | None:
+        """A file's text, or None when it is not in the snapshot."""
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def is_dir(self, rel: str) -> bool:
+        return rel in self.tree.dirs if self.tree is not None else self.path(rel).is_dir()
+
+    def is_file(self, rel: str) -> bool:
+        return rel in self.tree.files if self.tree is not None else self.path(rel).is_file()
+
+    def exists(self, rel: str) -> bool:
+        return self.is_dir(rel) or self.is_file(rel) if self.tree is not None else self.path(rel).exists()
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        """Sorted (sub-directory names, other entry names) of a directory; symlinked directories in neither.
+
+        Like Go's filepath.Walk (and os.walk): a symlink to a directory is not descended into.
+        """
+        if self.tree is not None:
+            return self.tree.list_dir(rel)
+        dirs, files = [], []
+        try:
+            entries = sorted(os.scandir(self.path(rel)), key=lambda e: e.name)
+        except OSError:
+            return [], []
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.is_symlink():
+                    dirs.append(entry.name)
+            else:
+                files.append(entry.name)
+        return dirs, files
+
     def has_kustomization(self, rel: str) -> bool:
         """Whether a directory has its own kustomization file (so Flux does not generate one)."""
-        base = self.path(rel)
-        return any((base / name).is_file() for name in KUSTOMIZATION_FILES)
+        return any(self.is_file(posixpath.join(rel, name) if rel else name) for name in KUSTOMIZATION_FILES)
+
+    def file_digest(self, rel: str) -> str | None:
+        """The git blob id of a file's content; None when it is not a file of the snapshot."""
+        if self.tree is not None:
+            entry = self.tree.files.get(rel)
+            return entry.oid if entry else None
+        data = self.read_bytes(rel)
+        return None if data is None else blob_id(data)
+
+    def write_file(self, rel: str, text: str) -> None:
+        """Add a file of our own to the snapshot (Flux's generated kustomization.yaml)."""
+        data = text.encode("utf-8")
+        if self.tree is not None:
+            self.tree.add_generated(rel, data)
+            return
+        target = self.path(rel)
+        tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+
+    def materialize(self, dirs: Iterable[str], files: Iterable[str] = ()) -> None:
+        """Make sure kustomize finds `files` and everything below `dirs` on disk (a copy is already there)."""
+        if self.tree is not None:
+            self.tree.materialize(dirs, files)
 
     def to_repo_path(self, absolute: str) -> str | None:
         """Map an absolute snapshot path back to a repo-relative one; None when outside the repo."""
@@ -192,6 +341,71 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
 
     walk("")
     return Snapshot(root=root, refused=tuple(refused))
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One line of `git ls-tree -r -t -l`: mode, type, object id, size (None for trees) and path."""
+
+    mode: int
+    kind: str  # blob, tree or commit (a submodule)
+    oid: str
+    size: int | None
+    path: str
+
+
+SYMLINK_MODE = 0o120000
+
+
+def build_lazy_snapshot(
+    entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
+) -> Snapshot | None:
+    """The snapshot of a commit, lazily: the same paths `build_snapshot` keeps, nothing on disk yet.
+
+    None when the commit has a symlink: where it lands is the filesystem's business, so such a
+    commit is exported and copied by `build_snapshot`, which resolves links on disk.
+    """
+    if any(e.mode == SYMLINK_MODE for e in entries):
+        return None
+    root = dest / "repo"
+    root.mkdir(parents=True)
+    children: dict[str, list[TreeEntry]] = {}
+    for entry in entries:
+        children.setdefault(posixpath.dirname(entry.path), []).append(entry)
+    rules = IgnoreRules()
+    for pattern in DEFAULT_IGNORE:
+        rules.add(pattern)
+    refused: list[RefusedPath] = []
+    files: dict[str, TreeFile] = {}
+    dirs: set[str] = set()
+    count = 0
+
+    def walk(rel_dir: str) -> None:  # the same walk as build_snapshot's, over git's listing
+        nonlocal count
+        listing = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
+        ignore_file = next((e for e in listing if e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore"), None)
+        if ignore_file is not None:
+            for line in read_blob(ignore_file.oid).decode("utf-8", errors="replace").splitlines():
+                rules.add(line, rel_dir)
+        for entry in listing:
+            count += 1
+            if count > MAX_FILES:
+                if count == MAX_FILES + 1:
+                    refused.append(RefusedPath(entry.path, f"the repository has more than {MAX_FILES:,} paths"))
+                return
+            is_dir = entry.kind != "blob"
+            if rules.ignored(entry.path, is_dir):
+                continue
+            if is_dir:
+                dirs.add(entry.path)
+                walk(entry.path)
+            elif entry.size is not None and entry.size > max_file_bytes:
+                refused.append(RefusedPath(entry.path, f"is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit"))
+            else:
+                files[entry.path] = TreeFile(entry.oid, entry.size or 0, bool(entry.mode & stat.S_IXUSR))
+
+    walk("")
+    return Snapshot(root=root, refused=tuple(refused), tree=GitTree(files, dirs, read_blob, root))
 
 
 def _copy_symlink(

@@ -500,7 +500,7 @@ def read_tree_state(tree: Path, *, kustomize: str | None = None, jobs: int | Non
         snapshot = build_snapshot(tree, Path(tmp))
         cache = BuildCache(cache_dir) if cache_dir is not None else None
         renderer = Renderer(snapshot, config, binary, jobs=jobs, timeout=timeout, cache=cache)
-        for cluster, entry_path in sorted(known_clusters(config, snapshot.root).items()):
+        for cluster, entry_path in sorted(known_clusters(config, snapshot).items()):
             render = renderer.render_cluster(cluster, entry_path, graph_only=True)
             broken = sorted(
                 str(tid) for tid, tier in render.tiers.items() if not tier.rendered and config.is_this_repo(tier.spec.source)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import yaml
 
@@ -36,6 +36,69 @@ TolerantLoader.add_multi_constructor("!", _construct_unknown)
 TolerantLoader.add_multi_constructor("tag:", _construct_unknown)
 # A bare `=` resolves to the YAML 1.1 "value" type, which the safe loader rejects; real repos contain it.
 TolerantLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+_STR, _MAP, _SEQ, _NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq", "null"))
+_RESOLVE_CACHE_LIMIT = 200_000
+
+
+class FastSafeLoader(yaml.CSafeLoader):
+    """CSafeLoader with a faster constructor for kustomize output; builds exactly what CSafeLoader builds.
+
+    PyYAML parses in C but constructs in Python through generators (to allow recursive anchors):
+    that is most of a 20,000-object render's Python time. Strings, maps, sequences and nulls take
+    a direct path here; every other tag (ints, bools, timestamps, merge keys) goes through
+    SafeConstructor as before. A node met twice (an alias) is built once and shared, as in
+    SafeConstructor, so an alias bomb costs no more here than there.
+    """
+
+    # Implicit tags of plain scalars, memoised: kustomize output repeats the same keys and values.
+    _resolved: ClassVar[dict[tuple[str, bool], str]] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is not yaml.ScalarNode or not implicit[0]:
+            return super().resolve(kind, value, implicit)
+        key = (value, implicit[1])
+        tag = self._resolved.get(key)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(self._resolved) > _RESOLVE_CACHE_LIMIT:
+                FastSafeLoader._resolved = {}
+            self._resolved[key] = tag
+        return tag
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        built: dict[int, Any] = {}
+        data = self._construct_fast(node, built)
+        self.constructed_objects, self.recursive_objects, self.state_generators = {}, {}, []
+        return data
+
+    def _construct_fast(self, node: yaml.Node, built: dict[int, Any]) -> Any:
+        tag = node.tag
+        if tag == _STR and type(node) is yaml.ScalarNode:
+            return node.value
+        if tag == _NULL and type(node) is yaml.ScalarNode:
+            return None
+        if id(node) in built:
+            return built[id(node)]
+        if tag == _MAP and type(node) is yaml.MappingNode and not any(k.tag == "tag:yaml.org,2002:merge" for k, _ in node.value):
+            mapping: dict[Any, Any] = {}
+            built[id(node)] = mapping
+            for key_node, value_node in node.value:
+                key = self._construct_fast(key_node, built)
+                try:
+                    mapping[key] = self._construct_fast(value_node, built)
+                except TypeError:  # an unhashable key: let SafeConstructor raise its error
+                    return self.construct_object(node, deep=True)
+            return mapping
+        if tag == _SEQ and type(node) is yaml.SequenceNode:
+            sequence: list[Any] = []
+            built[id(node)] = sequence
+            sequence.extend(self._construct_fast(child, built) for child in node.value)
+            return sequence
+        value = self.construct_object(node, deep=True)
+        built[id(node)] = value
+        return value
 
 
 def _expanded_size(data: Any, budget: int) -> int:

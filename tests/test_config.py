@@ -10,6 +10,7 @@ from bot.config import RepoConfig, cluster_entry, known_clusters, load_repo_conf
 from bot.errors import ConfigError
 from bot.knowledge import default_knowledge
 from bot.model import GroupKind, SourceRef
+from bot.snapshot import Snapshot
 from tests.fluxrepo import kustomization, write_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,13 +61,16 @@ def test_discovery_skips_included_dirs(tmp_path: Path) -> None:
         "clusters/dev/kustomization.yaml": kustomization("../base"),
         "clusters/prod/kustomization.yaml": kustomization("../base"),
     })
-    assert known_clusters(RepoConfig(), tmp_path) == {"dev": "clusters/dev", "prod": "clusters/prod"}
-    assert cluster_entry(RepoConfig(), "dev", tmp_path) == "clusters/dev"
+    snapshot = Snapshot(tmp_path, ())
+    assert known_clusters(RepoConfig(), snapshot) == {"dev": "clusters/dev", "prod": "clusters/prod"}
+    assert cluster_entry(RepoConfig(), "dev", snapshot) == "clusters/dev"
     with pytest.raises(ConfigError, match=r"unknown cluster 'qa' \(known: dev, prod\)"):
-        cluster_entry(RepoConfig(), "qa", tmp_path)
+        cluster_entry(RepoConfig(), "qa", snapshot)
+    with pytest.raises(ConfigError, match=r"unknown cluster '\.\./clusters/dev'"):
+        cluster_entry(RepoConfig(), "../clusters/dev", snapshot)
 
 
 def test_configured_entry_paths(tmp_path: Path) -> None:
     config = load_repo_config("clusters: {main: {path: ./kubernetes/flux/cluster}}\n")
-    assert cluster_entry(config, "main", tmp_path) == "kubernetes/flux/cluster"
-    assert known_clusters(config, tmp_path) == {"main": "kubernetes/flux/cluster"}
+    assert cluster_entry(config, "main", Snapshot(tmp_path, ())) == "kubernetes/flux/cluster"
+    assert known_clusters(config, Snapshot(tmp_path, ())) == {"main": "kubernetes/flux/cluster"}

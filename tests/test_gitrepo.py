@@ -417,3 +417,101 @@ def test_export_by_archive_keeps_symlinks_and_modes(tmp_path: Path) -> None:
     export_tree(root, repo.head.commit.hexsha, out)
     assert os.access(out / "d/run.sh", os.X_OK)
     assert os.readlink(out / "d/in-repo") == "run.sh"
+
+
+# --- commit_snapshot: a commit read lazily, equal to the exported copy ------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "home-ops"
+
+
+def _disk_tree(root: Path) -> dict[str, str]:
+    """Every path below `root` → 'dir' or the file's content (what a snapshot copy holds)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        out[rel] = "dir" if path.is_dir() else path.read_bytes().decode("utf-8", "replace")
+    return out
+
+
+@pytest.fixture
+def example_commit(tmp_path: Path) -> tuple[Path, str]:
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    (root / ".sourceignore").write_text("docs/\n*.md\n!keep.md\n")
+    (root / "docs").mkdir()
+    (root / "docs/notes.yaml").write_text("kind: ConfigMap\n")
+    (root / "keep.md").write_text("kept\n")
+    (root / "apps/vms/unifi/.sourceignore").write_text("scratch.yaml\n")
+    (root / "apps/vms/unifi/scratch.yaml").write_text("not: shipped\n")
+    (root / "logo.png").write_bytes(b"\x89PNG")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    return root, commit_all(repo, "extras")
+
+
+def test_commit_snapshot_writes_nothing_until_asked(example_commit: tuple[Path, str], tmp_path: Path) -> None:
+    root, sha = example_commit
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (resolved, snapshot):
+        assert resolved == sha and snapshot.tree is not None
+        assert list(snapshot.root.iterdir()) == []
+        assert snapshot.is_dir("apps/vms") and snapshot.is_file("apps/kustomization.yaml")
+        assert snapshot.read_text("apps/kustomization.yaml") == (root / "apps/kustomization.yaml").read_text()
+        snapshot.materialize(["apps/vms"], ["clusters/base/apps.yaml"])
+        written = sorted(p.relative_to(snapshot.root).as_posix() for p in snapshot.root.rglob("*") if p.is_file())
+        assert written == ["apps/vms/unifi/.sourceignore", "apps/vms/unifi/00-namespace.yaml", "apps/vms/unifi/20-datavolume.yaml", "apps/vms/unifi/30-vm.yaml", "clusters/base/apps.yaml"]
+
+
+def test_commit_snapshot_holds_what_the_exported_copy_holds(example_commit: tuple[Path, str], tmp_path: Path) -> None:
+    """Same paths, contents, ignore rules, refusals, executable bits and content ids as export + build_snapshot."""
+    from bot.snapshot import build_snapshot
+
+    root, sha = example_commit
+    export_tree(root, sha, tmp_path / "export")
+    eager = build_snapshot(tmp_path / "export", tmp_path / "eager")
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, lazy):
+        lazy.materialize([""])
+        assert _disk_tree(lazy.root) == _disk_tree(eager.root)
+        assert "docs" not in _disk_tree(lazy.root) and "keep.md" in _disk_tree(lazy.root)
+        assert "apps/vms/unifi/scratch.yaml" not in _disk_tree(lazy.root)
+        assert os.access(lazy.root / "run.sh", os.X_OK)
+        assert lazy.refused == eager.refused
+        for rel in _disk_tree(eager.root):
+            assert lazy.is_dir(rel) == eager.is_dir(rel) and lazy.file_digest(rel) == eager.file_digest(rel), rel
+            assert lazy.list_dir(rel) == eager.list_dir(rel), rel
+
+
+@pytest.mark.parametrize("cluster", ["dev", "prod"])
+def test_a_lazy_commit_checks_like_its_copy(example_commit: tuple[Path, str], tmp_path: Path, cluster: str) -> None:
+    """The whole engine on a lazy snapshot: same report, same cache keys (a copy's cache serves the commit)."""
+    from bot.cache import BuildCache
+    from bot.engine import CheckOptions, check_snapshot
+    from bot.kustomize import locate_kustomize
+    from bot.snapshot import build_snapshot
+
+    root, sha = example_commit
+    binary = locate_kustomize()
+    export_tree(root, sha, tmp_path / "export")
+    eager_cache = BuildCache(tmp_path / "cache")
+    eager = check_snapshot(build_snapshot(tmp_path / "export", tmp_path / "eager"), cluster, binary, CheckOptions(), cache=eager_cache)
+    assert eager_cache.misses > 0
+    lazy_cache = BuildCache(tmp_path / "cache")
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, lazy):
+        report = check_snapshot(lazy, cluster, binary, CheckOptions(), cache=lazy_cache)
+    assert report == eager
+    assert lazy_cache.misses == 0  # every build and finished tier came from the copy's entries
+
+
+def test_a_commit_with_a_symlink_is_exported_whole(tmp_path: Path) -> None:
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    os.symlink("../apps/whoami/whoami.yaml", root / "clusters/whoami-link.yaml")
+    os.symlink("/etc/passwd", root / "outside.yaml")
+    sha = commit_all(repo, "links")
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "snap") as (_, snapshot):
+        assert snapshot.tree is None  # resolved on disk by build_snapshot
+        assert snapshot.read_text("clusters/whoami-link.yaml") == (root / "apps/whoami/whoami.yaml").read_text()
+        assert [r.path for r in snapshot.refused] == ["outside.yaml"]
