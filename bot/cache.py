@@ -13,6 +13,7 @@ import os
 import pickle
 import tempfile
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
     from bot.snapshot import Snapshot
 
 FORMAT = 3  # bump when the cached shape or the key changes
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of the engine's own code and data: another version (or a local edit) never reads these entries."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256(str(FORMAT).encode())
+    for path in sorted(package.rglob("*")):
+        if path.suffix in (".py", ".yaml") and path.is_file():
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def default_cache_dir() -> Path:
@@ -60,7 +72,7 @@ class ContentHasher:
 
     def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
         """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
-        payload = json.dumps([FORMAT, list(parts), [(p, self.digest(p)) for p in sorted(inputs)]], default=str)
+        payload = json.dumps([code_fingerprint(), list(parts), [(p, self.digest(p)) for p in sorted(inputs)]], default=str)
         return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -215,7 +215,10 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
     uncompared = sorted(
         {t for t, r in base_tiers.items() if not _comparable(r)} | {t for t, r in head.tiers.items() if not _comparable(r)}
     )
-    skip = set(uncompared)
+    # A tier the review finished once for both sides (same build, same variables) shares its
+    # manifests: nothing in it changed, and none of its objects can be the end of a move.
+    same = {t for t, r in head.tiers.items() if t in base_tiers and r.manifests and base_tiers[t].manifests is r.manifests}
+    skip = set(uncompared) | same
     old = _entries(base_tiers, skip)
     new = _entries(head.tiers, skip)
 
@@ -225,9 +228,14 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
         if change is not None:
             changes.append(change)
 
-    holders: dict[tuple, list[TierId]] = {}
-    for tier, identity in sorted(new):
-        holders.setdefault(identity, []).append(tier)
+    holders: dict[tuple, list[TierId]] = {}  # identity → the head tiers holding it; filled when first needed
+
+    def holders_of(identity: tuple) -> list[TierId]:
+        if not holders:
+            for tier, held in sorted([*new, *_entries({t: head.tiers[t] for t in same}, set())]):
+                holders.setdefault(held, []).append(tier)
+        return holders.get(identity, [])
+
     gained: dict[tuple, list[TierId]] = {}
     for tier, identity in sorted(new.keys() - old.keys()):
         gained.setdefault(identity, []).append(tier)
@@ -235,7 +243,7 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
     for source, identity in sorted(old.keys() - new.keys(), key=lambda k: (k[1], k[0])):
         candidates = gained.get(identity, [])
         fresh = [t for t in candidates if (t, identity) not in consumed]
-        destination = (fresh or candidates or holders.get(identity) or [None])[0]
+        destination = (fresh or candidates or holders_of(identity) or [None])[0]
         base_manifest = old[(source, identity)]
         if destination is None:
             changes.append(_object_change(ChangeKind.REMOVED, source, None, base_manifest, None))

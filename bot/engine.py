@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.cache import BuildCache
+from bot.cache import BuildCache, code_fingerprint
 from bot.checks import CheckContext, run_checks
 from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import UserError
@@ -17,7 +19,7 @@ from bot.kustomize import KustomizeBinary, locate_kustomize
 from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
 from bot.model import Finding, Severity, SourceLocation
 from bot.providers import ProviderIndex
-from bot.render import ClusterRender, Renderer
+from bot.render import ClusterRender, PriorBuilds, Renderer
 from bot.report import CheckReport, TierSummary
 from bot.snapshot import Snapshot, build_snapshot
 
@@ -88,6 +90,7 @@ def analyse(
     cache: BuildCache | None = None,
     finish_memo: dict | None = None,
     live: LiveState | None = None,
+    prior: PriorBuilds | None = None,
 ) -> Analysis:
     """Render a cluster (and its siblings, for graph-drift) and run every check.
 
@@ -97,25 +100,40 @@ def analyse(
     config = load_repo_config(snapshot.read_text(CONFIG_FILE))
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo)
+    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo, prior=prior)
     render = renderer.render_cluster(cluster, entry)
-    others = {
-        name: TierGraph(t.spec for t in renderer.render_cluster(name, path, graph_only=True).tiers.values())
-        for name, path in sorted(known_clusters(config, snapshot).items())
-        if name != cluster
-    }
     graph = TierGraph(t.spec for t in render.tiers.values())
-    providers = ProviderIndex(render, knowledge) if live is None else LiveProviderIndex(render, knowledge, live)
-    ctx = CheckContext(
-        render=render,
-        graph=graph,
-        providers=providers,
-        config=config,
-        other_graphs=others,
-        locate=renderer.locate,
-    )
-    findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers)]
+    # A commit checked before (the base of most reviews) has the same findings: its tree id, this
+    # code and this kustomize say so. Not with a live state, which changes between runs.
+    key = _findings_key(snapshot, cluster, binary) if cache is not None and live is None else None
+    findings = cache.get(key) if cache is not None and key is not None else None
+    if findings is None:
+        others = {
+            name: TierGraph(t.spec for t in renderer.render_cluster(name, path, graph_only=True).tiers.values())
+            for name, path in sorted(known_clusters(config, snapshot).items())
+            if name != cluster
+        }
+        providers = ProviderIndex(render, knowledge) if live is None else LiveProviderIndex(render, knowledge, live)
+        ctx = CheckContext(
+            render=render,
+            graph=graph,
+            providers=providers,
+            config=config,
+            other_graphs=others,
+            locate=renderer.locate,
+        )
+        findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers)]
+        if cache is not None and key is not None and not any(t.failed for t in render.tiers.values()):
+            cache.put(key, findings)  # a failed build may be a timeout: never remembered
     return Analysis(render, graph, build_report(render, graph, findings), renderer)
+
+
+def _findings_key(snapshot: Snapshot, cluster: str, binary: KustomizeBinary) -> str | None:
+    """The cache key of a commit's findings for one cluster; None for a working tree (no tree id)."""
+    if snapshot.tree is None:
+        return None
+    payload = json.dumps(["findings", code_fingerprint(), binary.version, snapshot.tree.oid, cluster])
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:

@@ -103,7 +103,7 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path) -> Iterator[tuple[str,
             return repo.odb.stream(bytes.fromhex(oid)).read()
 
     try:
-        snapshot = build_lazy_snapshot(list_tree(repo, sha), read_blob, dest)
+        snapshot = build_lazy_snapshot(repo.commit(sha).tree.hexsha, list_tree(repo, sha), read_blob, dest)
         if snapshot is None:
             export_tree(repo_dir, sha, dest / "export")
             snapshot = build_snapshot(dest / "export", dest)

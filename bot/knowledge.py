@@ -167,6 +167,11 @@ class KnowledgeBase:
         self._aliases = {alias: rule.chart for rule in self._charts.values() for alias in rule.aliases}
         self._runtime = tuple(runtime)
         self._derived = tuple(derived)
+        # Asked once per rendered object (20,000 in a large repo): answered by a lookup, not a scan.
+        self._by_trigger: dict[GroupKind, list[RuntimeCrdRule]] = {}
+        for rule in self._runtime:
+            self._by_trigger.setdefault(rule.trigger, []).append(rule)
+        self._derived_from = frozenset(rule.match for rule in self._derived)
 
     # -- read-only views -------------------------------------------------------------------
 
@@ -221,7 +226,7 @@ class KnowledgeBase:
 
     def triggered_by(self, gk: GroupKind) -> list[RuntimeCrdRule]:
         """Rules whose trigger CR is of kind `gk`."""
-        return [rule for rule in self._runtime if rule.trigger == gk]
+        return list(self._by_trigger.get(gk, ()))
 
     def chart_rule(self, chart_name: str) -> ChartRule | None:
         """The rule for a chart name (also accepts `repo/chart`, OCI URLs, `:tag` and `@digest`)."""
@@ -241,6 +246,8 @@ class KnowledgeBase:
         if not isinstance(api_version, str) or not isinstance(kind, str):
             return frozenset()
         gk = GroupKind.of(api_version, kind)
+        if gk not in self._derived_from:
+            return frozenset()
         found: set[GroupKind] = set()
         for rule in self._derived:
             if rule.match == gk:

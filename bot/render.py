@@ -21,8 +21,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bot import substitute as envsubst
-from bot.cache import BuildCache, ContentHasher
-from bot.config import RepoConfig
+from bot.cache import BuildCache, ContentHasher, code_fingerprint
+from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
 from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
@@ -135,6 +135,37 @@ class ClusterRender:
         return [(tid, m) for tid, tier in self.tiers.items() for m in tier.manifests]
 
 
+@dataclass(frozen=True)
+class PriorBuilds:
+    """The other side of a review and the paths that differ from it: a tier whose inputs no changed
+    path touches builds exactly as it did there, so its build is reused without reading a file."""
+
+    renderer: "Renderer"
+    changed: frozenset[str]
+
+    def reusable(self, key: str) -> RawTier | None:
+        """The other side's build for this build key, when no changed path can have altered it."""
+        if self.renderer.snapshot.has_symlinks or CONFIG_FILE in self.changed:
+            return None
+        if any(posixpath.basename(p) == ".sourceignore" for p in self.changed):
+            return None  # it can hide or reveal files anywhere below it
+        raw = self.renderer.built(key)
+        if raw is None or raw.failed or not raw.inputs:
+            return None
+        # A tier's inputs are the files it reads and the directories it reads or lists: a change to a
+        # file in one of them, or anywhere below a generated one, has one of them as path or ancestor.
+        return None if raw.inputs & _with_ancestors(self.changed) else raw
+
+
+def _with_ancestors(paths: frozenset[str]) -> set[str]:
+    out = {""}
+    for path in paths:
+        while path:
+            out.add(path)
+            path = posixpath.dirname(path)
+    return out
+
+
 class Renderer:
     """Renders clusters of one snapshot; tiers build in parallel, bounded by cores."""
 
@@ -148,6 +179,7 @@ class Renderer:
         timeout: float = 120.0,
         cache: BuildCache | None = None,
         finish_memo: dict[str, tuple["RenderedTier", list[Finding]]] | None = None,
+        prior: PriorBuilds | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.config = config
@@ -161,12 +193,21 @@ class Renderer:
         # Shared by the base and head renderers of a review: a tier whose build and variables are the
         # same on both sides is substituted and parsed once.
         self.finish_memo = finish_memo
+        self.prior = prior if prior is not None and not snapshot.has_symlinks else None
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self._counter = itertools.count(1)
         self._locations: dict[str, list] = {}
         # dev and prod usually apply the same paths with the same overlay: build each once.
         self._builds: dict[str, RawTier] = {}
         self._builds_lock = threading.Lock()
+        # A commit's tiers, by build key → (inputs, cache key): a commit seen before skips reading its
+        # kustomization files and hashing inputs (the tree id says the content is the same).
+        self._tree_key: str | None = None
+        self._tree_builds: dict[str, tuple[frozenset[str], str]] = {}
+        self._tree_dirty = False
+        if cache is not None and snapshot.tree is not None:
+            self._tree_key = "tree-" + hashlib.sha256(json.dumps([code_fingerprint(), binary.version, snapshot.tree.oid]).encode()).hexdigest()
+            self._tree_builds = cache.get(self._tree_key) or {}
 
     # -- one tier -------------------------------------------------------------------------------
 
@@ -176,12 +217,17 @@ class Renderer:
         with self._builds_lock:
             hit = self._builds.get(key)
         if hit is None:
-            hit = self._build_tier(spec)
+            hit = (self.prior.reusable(key) if self.prior else None) or self._build_tier(spec)
             with self._builds_lock:
                 self._builds[key] = hit
         if hit.spec == spec:
             return hit
         return replace(hit, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in hit.findings))
+
+    def built(self, key: str) -> RawTier | None:
+        """The build this renderer made for a build key (see `_build_key`), if any."""
+        with self._builds_lock:
+            return self._builds.get(key)
 
     def _build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
@@ -197,6 +243,12 @@ class Renderer:
                 # write_overlay joins it as written: an absolute path would load a host directory.
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
+        known = self._tree_builds.get(_build_key(spec)) if self.cache is not None else None
+        if known is not None:
+            inputs, cache_key = known
+            sources = self.cache.get(cache_key + "-sources")
+            if sources is not None:
+                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
         dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
         self.index.ensure_kustomization(spec.path)
         inputs = frozenset(dirs | files)
@@ -208,6 +260,7 @@ class Renderer:
             sources = self.cache.get(cache_key + "-sources")
             if sources is not None:
                 # Only a build that passed every check below is cached: this content was checked already.
+                self._record_tree_build(spec, inputs, cache_key)
                 return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
         problems += self.index.alias_problems(files)
         if problems or refused:
@@ -232,7 +285,20 @@ class Renderer:
             self.cache.put(cache_key, tuple(documents))
             # Written last: its presence says the build entry is complete.
             self.cache.put(cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
+            self._record_tree_build(spec, inputs, cache_key)
         return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
+
+    def _record_tree_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> None:
+        if self._tree_key is not None:
+            with self._builds_lock:
+                self._tree_builds[_build_key(spec)] = (inputs, cache_key)
+                self._tree_dirty = True
+
+    def _save_tree_builds(self) -> None:
+        if self._tree_key is not None and self._tree_dirty and self.cache is not None:
+            with self._builds_lock:
+                snapshot, self._tree_dirty = dict(self._tree_builds), False
+            self.cache.put(self._tree_key, snapshot)
 
     def _parse(self, text: str) -> list[RawDocument]:
         """Split kustomize's output; parse now what substitution cannot change, defer the rest."""
@@ -339,6 +405,7 @@ class Renderer:
                                     location=spec.origin,
                                 )
                             )
+        self._save_tree_builds()
         return ClusterRender(cluster, entry, tiers, tuple(findings), self.snapshot)
 
     def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:

@@ -16,6 +16,7 @@ from bot.errors import UserError
 from bot.kustomize import locate_kustomize
 from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.model import Finding, Severity, TierId
+from bot.render import PriorBuilds
 from bot.report import CheckReport
 from bot.snapshot import build_snapshot
 
@@ -122,7 +123,9 @@ def review_repository(
             base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
         except UserError:
             base_side = None  # the cluster is new in this change
-        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo, live=live)
+        # Tiers no changed path touches reuse the base's builds (affected-only rendering).
+        prior = PriorBuilds(base_side.renderer, changed) if base_side is not None else None
+        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo, live=live, prior=prior)
         return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
 
 

@@ -130,7 +130,8 @@ class GitTree:
     sides to disk would cost more than everything else it does.
     """
 
-    def __init__(self, files: dict[str, TreeFile], dirs: set[str], read_blob: Callable[[str], bytes], root: Path) -> None:
+    def __init__(self, oid: str, files: dict[str, TreeFile], dirs: set[str], read_blob: Callable[[str], bytes], root: Path) -> None:
+        self.oid = oid  # the commit's root tree: equal ids, equal content
         self.files = files
         self.dirs = dirs | {""}
         self.root = root
@@ -202,6 +203,8 @@ class Snapshot:
     root: Path
     refused: tuple[RefusedPath, ...]
     tree: GitTree | None = field(default=None, compare=False)
+    # A symlink makes a path's content depend on another path: changed files no longer say what changed.
+    has_symlinks: bool = False
 
     def path(self, rel: str) -> Path:
         """The snapshot path of a repo-relative path (already normalised and inside the repo)."""
@@ -302,6 +305,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
     for pattern in DEFAULT_IGNORE:
         rules.add(pattern)
     refused: list[RefusedPath] = []
+    linked: list[str] = []
     count = 0
 
     def walk(rel_dir: str) -> None:
@@ -324,6 +328,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
                     refused.append(RefusedPath(rel, f"the repository has more than {MAX_FILES:,} paths"))
                 return
             if entry.is_symlink():
+                linked.append(rel)
                 _copy_symlink(source, root, rel, entry.path, rules, refused, max_file_bytes)
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
@@ -340,7 +345,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
                 _link_or_copy(Path(entry.path), root / rel)
 
     walk("")
-    return Snapshot(root=root, refused=tuple(refused))
+    return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked))
 
 
 @dataclass(frozen=True)
@@ -358,7 +363,7 @@ SYMLINK_MODE = 0o120000
 
 
 def build_lazy_snapshot(
-    entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
+    tree_oid: str, entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
 ) -> Snapshot | None:
     """The snapshot of a commit, lazily: the same paths `build_snapshot` keeps, nothing on disk yet.
 
@@ -405,7 +410,7 @@ def build_lazy_snapshot(
                 files[entry.path] = TreeFile(entry.oid, entry.size or 0, bool(entry.mode & stat.S_IXUSR))
 
     walk("")
-    return Snapshot(root=root, refused=tuple(refused), tree=GitTree(files, dirs, read_blob, root))
+    return Snapshot(root=root, refused=tuple(refused), tree=GitTree(tree_oid, files, dirs, read_blob, root))
 
 
 def _copy_symlink(

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import git
 import pytest
 
 from bot.cli import main
@@ -77,6 +78,42 @@ def test_warm_cache_makes_unchanged_tiers_free(seed_pr: tuple[Path, str, str], t
     assert [t.tier.name for t in one.diff.tiers] == ["platform-config-cdi"]
     change = one.diff.tiers[0].changes[0]
     assert change.kind == ChangeKind.CHANGED and "-  cloneStrategy: snapshot" in change.diff.replace("  cloneStrategy", "  cloneStrategy")
+
+
+def _commit_edit(root: Path, path: str, old: str, new: str) -> str:
+    file = root / path
+    text = file.read_text() if file.exists() else ""
+    assert old in text
+    file.write_text(text.replace(old, new, 1) if old else text + new)
+    return commit_all(git.Repo(root), f"edit {path}")
+
+
+def test_head_reuses_the_builds_of_untouched_tiers_without_a_cache(tmp_path: Path) -> None:
+    """Affected-only rendering needs no cache: head tiers no changed path touches take the base's build."""
+    root = tmp_path / "repo"
+    base = init_repo(root, EXAMPLE).head.commit.hexsha
+    same = review_repository(root, "prod", base, base)
+    head = _commit_edit(root, "apps/whoami/whoami.yaml", "replicas: 2", "replicas: 3")
+    one = review_repository(root, "prod", base, head)
+    assert one.kustomize_builds == same.kustomize_builds + 1  # the base's builds, plus apps at head
+    assert [t.tier.name for t in one.diff.tiers] == ["apps"]
+    assert "+  replicas: 3" in one.diff.tiers[0].changes[0].diff
+
+
+@pytest.mark.parametrize(
+    "path,old,new",
+    [
+        pytest.param(".sourceignore", "", "# nothing ignored, but every path may now be\n", id="sourceignore"),
+        pytest.param(".fluxwarden.yaml", "", "# the repo config\n", id="repo-config"),
+    ],
+)
+def test_a_change_that_can_touch_any_tier_rebuilds_them_all(tmp_path: Path, path: str, old: str, new: str) -> None:
+    root = tmp_path / "repo"
+    base = init_repo(root, EXAMPLE).head.commit.hexsha
+    same = review_repository(root, "prod", base, base)
+    head = _commit_edit(root, path, old, new)
+    both = review_repository(root, "prod", base, head)
+    assert both.kustomize_builds == 2 * same.kustomize_builds
 
 
 def test_bad_revision_is_a_usage_error(seed_pr: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -153,6 +153,10 @@ async def test_500_deliveries_in_10_seconds(start, origin: Origin, fake, tmp_pat
         open_pull(fake, origin, number, heads[number][-1])
     deliveries, expected = plan(origin, heads)
     assert len(deliveries) == DELIVERIES
+    # Every run reads the PR's comments before it posts: held 0.3 s there, a run is still going when
+    # the next push of its burst lands 40 ms later, however fast the engine renders (supersede is
+    # then certain, not a race with the renderer's speed).
+    held = fake.inject("GET", r"/issues/\d+/comments", delay=0.3, times=10_000)
     async with start(workers=2, queue=100) as h:
         submitted: Counter = Counter()
         queue: RunQueue = h.service.bot.runner.queue
@@ -182,6 +186,7 @@ async def test_500_deliveries_in_10_seconds(start, origin: Origin, fake, tmp_pat
         assert sum(expected.values()) == DELIVERIES
         # Superseded runs were cancelled, same-SHA ones coalesced; each PR ends on its newest push, once.
         assert set(submitted) <= {"started", "superseded", "coalesced"}, submitted
+        assert held.hits > 0
         assert submitted["superseded"] >= len(PRS) and submitted["coalesced"] >= 1, submitted
         runs = sum(metric_value(exposition, "fluxwarden_runs_total", cluster="prod", verdict=v) for v in ("success", "failure", "error"))
         real_deliveries = len(PRS) * BURSTS * 4
