@@ -33,7 +33,7 @@ from urllib.parse import quote, urlsplit
 
 import git
 
-from bot.errors import InfraError, UserError
+from bot.errors import InfraError, InputError, UserError
 from bot.snapshot import Snapshot, TreeEntry, build_lazy_snapshot, build_snapshot
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,10 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path) -> Iterator[tuple[str,
 
     def read_blob(oid: str) -> bytes:
         with lock:  # one `git cat-file --batch` process behind the object database: one request at a time
-            return repo.odb.stream(bytes.fromhex(oid)).read()
+            try:
+                return repo.odb.stream(bytes.fromhex(oid)).read()
+            except (ValueError, git.GitError) as exc:
+                raise InputError(f"git object {oid[:12]} of {sha[:12]} cannot be read ({type(exc).__name__}): a shallow or partial clone?") from None
 
     try:
         snapshot = build_lazy_snapshot(repo.commit(sha).tree.hexsha, list_tree(repo, sha), read_blob, dest)

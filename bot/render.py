@@ -269,7 +269,10 @@ class Renderer:
                 for p in problems
             ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
-        self.snapshot.materialize(dirs, files)
+        try:
+            self.snapshot.materialize(dirs, files)
+        except OSError as exc:  # e.g. a path too long for this filesystem
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, f"the tier's files cannot be written for kustomize ({exc.strerror})", spec.origin),))
         workdir = self._work / f"{next(self._counter):05d}"
         write_overlay(self.snapshot, spec, workdir)
         try:
@@ -343,7 +346,7 @@ class Renderer:
             return origin
         heads = self._locations.get(origin.file)
         if heads is None:
-            heads = list(document_heads(self.snapshot.read_text(origin.file) or ""))
+            heads = _document_heads(self.snapshot, origin.file)
             self._locations[origin.file] = heads
         # The longest written name inside the rendered one: `web` must not claim `x-web-config` (namePrefix).
         matches = [h for h in heads if h.kind == manifest.ref.kind and h.name and h.name in manifest.ref.name]
@@ -601,6 +604,23 @@ class Renderer:
         variables.update(spec.substitute)
         secret_names.difference_update(spec.substitute)
         return variables, secret_names, open_set
+
+
+_HEADS_BY_CONTENT: dict[str, list] = {}  # blob id → document heads: both sides of a review share most files
+_HEADS_LIMIT = 20_000
+
+
+def _document_heads(snapshot: Snapshot, rel: str) -> list:
+    """The document heads (kind, name, line) of a repo file, parsed once per content."""
+    digest = snapshot.file_digest(rel)
+    heads = _HEADS_BY_CONTENT.get(digest) if digest else None
+    if heads is None:
+        heads = list(document_heads(snapshot.read_text(rel) or ""))
+        if digest:
+            if len(_HEADS_BY_CONTENT) > _HEADS_LIMIT:
+                _HEADS_BY_CONTENT.clear()
+            _HEADS_BY_CONTENT[digest] = heads
+    return heads
 
 
 def default_jobs() -> int:

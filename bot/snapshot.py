@@ -312,7 +312,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
         nonlocal count
         src_dir = source / rel_dir if rel_dir else source
         ignore_file = src_dir / ".sourceignore"
-        if ignore_file.is_file() and not ignore_file.is_symlink():
+        if ignore_file.is_file() and not ignore_file.is_symlink() and ignore_file.stat().st_size <= max_file_bytes:
             for line in ignore_file.read_text(encoding="utf-8", errors="replace").splitlines():
                 rules.add(line, rel_dir)
         try:
@@ -389,7 +389,7 @@ def build_lazy_snapshot(
         nonlocal count
         listing = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
         ignore_file = next((e for e in listing if e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore"), None)
-        if ignore_file is not None:
+        if ignore_file is not None and (ignore_file.size or 0) <= max_file_bytes:
             for line in read_blob(ignore_file.oid).decode("utf-8", errors="replace").splitlines():
                 rules.add(line, rel_dir)
         for entry in listing:
@@ -398,6 +398,10 @@ def build_lazy_snapshot(
                 if count == MAX_FILES + 1:
                     refused.append(RefusedPath(entry.path, f"the repository has more than {MAX_FILES:,} paths"))
                 return
+            if normalise_repo_path(entry.path) != entry.path:
+                # git fsck forbids `..`, `.` and empty components; a hand-made tree may still carry them.
+                refused.append(RefusedPath(entry.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not a plain path inside the repository"))
+                continue
             is_dir = entry.kind != "blob"
             if rules.ignored(entry.path, is_dir):
                 continue

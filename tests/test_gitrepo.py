@@ -15,7 +15,7 @@ import git
 import pytest
 
 from bot import gitrepo
-from bot.errors import InfraError, UserError
+from bot.errors import InfraError, InputError, UserError
 from bot.gitrepo import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
 
 TOKEN = "ghs_NotARealTokenButLongEnough0123456789"
@@ -517,3 +517,15 @@ def test_a_commit_with_a_symlink_is_exported_whole(tmp_path: Path) -> None:
         assert snapshot.tree is None  # resolved on disk by build_snapshot
         assert snapshot.read_text("clusters/whoami-link.yaml") == (root / "apps/whoami/whoami.yaml").read_text()
         assert [r.path for r in snapshot.refused] == ["outside.yaml"]
+
+
+def test_a_missing_blob_is_an_input_error(example_commit: tuple[Path, str], tmp_path: Path) -> None:
+    """A shallow or partial clone lacks objects: one clear error, not a traceback."""
+    root, sha = example_commit
+    repo = git.Repo(root)
+    oid = repo.commit(sha).tree["apps/kustomization.yaml"].hexsha
+    loose = root / ".git/objects" / oid[:2] / oid[2:]
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, snapshot):
+        loose.unlink()
+        with pytest.raises(InputError, match=r"cannot be read .*shallow or partial clone"):
+            snapshot.read_text("apps/kustomization.yaml")

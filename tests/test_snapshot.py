@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.generate import KustomizationIndex
-from bot.snapshot import IgnoreRules, Snapshot, build_snapshot, normalise_repo_path
+from bot.snapshot import IgnoreRules, Snapshot, TreeEntry, build_lazy_snapshot, build_snapshot, normalise_repo_path
 from tests.fluxrepo import write_tree
 
 FILES = {
@@ -230,3 +230,48 @@ TO_REPO_PATH_CASES = [
 def test_to_repo_path(tmp_path: Path, rel: str, expected: str | None) -> None:
     snap = build_snapshot(write_tree(tmp_path / "repo", {"a/b.yaml": "x"}), tmp_path / "out")
     assert snap.to_repo_path(os.path.normpath(snap.root / rel)) == expected
+
+
+# --- build_lazy_snapshot: a commit's listing, judged like a copy ------------------------------------------------
+
+def _blob(path: str, oid: str, size: int = 10, mode: int = 0o100644) -> TreeEntry:
+    return TreeEntry(mode, "blob", oid, size, path)
+
+
+def _tree(path: str) -> TreeEntry:
+    return TreeEntry(0o040000, "tree", "t" * 40, None, path)
+
+
+def test_a_hand_made_tree_cannot_name_a_path_outside(tmp_path: Path) -> None:
+    blobs = {"a" * 40: b"kind: A\n", "b" * 40: b"kind: B\n"}
+    entries = [_tree("apps"), _blob("apps/ok.yaml", "a" * 40), _tree("apps/.."), _blob("apps/../../evil.yaml", "b" * 40), _blob("./dot.yaml", "b" * 40)]
+    snapshot = build_lazy_snapshot("r" * 40, entries, blobs.__getitem__, tmp_path / "snap")
+    assert snapshot is not None
+    assert [r.path for r in snapshot.refused] == ["apps/.."]  # `./dot.yaml` hangs off no directory: never reached
+    assert all(r.reason == "is not a plain path inside the repository" for r in snapshot.refused)
+    snapshot.materialize([""])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == ["snap/repo/apps/ok.yaml"]
+
+
+def test_an_oversized_sourceignore_is_not_read(tmp_path: Path) -> None:
+    def read_blob(oid: str) -> bytes:
+        raise AssertionError(f"read {oid}")
+
+    snapshot = build_lazy_snapshot("r" * 40, [_blob(".sourceignore", "c" * 40, size=10**9)], read_blob, tmp_path / "snap")
+    assert snapshot is not None and [r.path for r in snapshot.refused] == [".sourceignore"]
+
+
+def test_a_commit_with_a_symlink_is_left_to_the_copy(tmp_path: Path) -> None:
+    assert build_lazy_snapshot("r" * 40, [_blob("link.yaml", "d" * 40, mode=0o120000)], lambda oid: b"", tmp_path / "snap") is None
+
+
+def test_a_file_the_filesystem_cannot_hold_fails_its_tier_not_the_check(tmp_path: Path) -> None:
+    from bot.engine import CheckOptions, check_snapshot
+    from bot.kustomize import locate_kustomize
+    long_name = "x" * 300 + ".yaml"  # git allows it; Linux file names stop at 255 bytes
+    blobs = {"a" * 40: b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"}
+    entries = [_tree("clusters"), _tree("clusters/dev"), _blob(f"clusters/dev/{long_name}", "a" * 40)]
+    snapshot = build_lazy_snapshot("r" * 40, entries, blobs.__getitem__, tmp_path / "snap")
+    report = check_snapshot(snapshot, "dev", locate_kustomize(), CheckOptions())
+    [failed] = [f for f in report.findings if f.check == "render-failed"]
+    assert "cannot be written for kustomize (File name too long)" in failed.message
