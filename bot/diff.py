@@ -228,12 +228,15 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
         if change is not None:
             changes.append(change)
 
-    holders: dict[tuple, list[TierId]] = {}  # identity → the head tiers holding it; filled when first needed
+    # identity → the head tiers holding it, unchanged tiers included; built only when a removal needs it
+    holders: dict[tuple, list[TierId]] = {}
+    held = dict(new)
 
     def holders_of(identity: tuple) -> list[TierId]:
         if not holders:
-            for tier, held in sorted([*new, *_entries({t: head.tiers[t] for t in same}, set())]):
-                holders.setdefault(held, []).append(tier)
+            held.update(_entries({t: head.tiers[t] for t in same}, set()))
+            for tier, kept in sorted(held):
+                holders.setdefault(kept, []).append(tier)
         return holders.get(identity, [])
 
     gained: dict[tuple, list[TierId]] = {}
@@ -249,7 +252,7 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
             changes.append(_object_change(ChangeKind.REMOVED, source, None, base_manifest, None))
             continue
         consumed.add((destination, identity))
-        changes.append(_object_change(ChangeKind.MOVED, destination, source, base_manifest, new[(destination, identity)]))
+        changes.append(_object_change(ChangeKind.MOVED, destination, source, base_manifest, held[(destination, identity)]))
     for key in sorted(new.keys() - old.keys()):
         if key not in consumed:
             changes.append(_object_change(ChangeKind.ADDED, key[0], None, None, new[key]))

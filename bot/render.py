@@ -283,7 +283,8 @@ class Renderer:
             documents = self._parse(text)
         except InputError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
-        self.builds_run += 1
+        with self._builds_lock:  # worker threads count concurrently
+            self.builds_run += 1
         if cache_key is not None:
             self.cache.put(cache_key, tuple(documents))
             # Written last: its presence says the build entry is complete.

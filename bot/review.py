@@ -123,8 +123,10 @@ def review_repository(
             base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
         except UserError:
             base_side = None  # the cluster is new in this change
-        # Tiers no changed path touches reuse the base's builds (affected-only rendering).
-        prior = PriorBuilds(base_side.renderer, changed) if base_side is not None else None
+        # Tiers no changed path touches reuse the base's builds (affected-only rendering). Only for a
+        # committed head: a working tree also holds git-ignored files that no diff lists (the
+        # content-keyed cache still serves it).
+        prior = PriorBuilds(base_side.renderer, changed) if base_side is not None and head_snapshot.tree is not None else None
         head_side = analyse(head_snapshot, cluster, binary, options, cache, memo, live=live, prior=prior)
         return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
 

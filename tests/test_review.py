@@ -164,3 +164,22 @@ def test_merge_base_is_what_a_pr_is_reviewed_against(tmp_path: Path) -> None:
     write_tree(root, {"m.txt": "main moved on\n"})
     main_tip = commit_all(repo, "main")
     assert merge_base(root, main_tip, feature) == fork_point
+
+
+def test_an_object_left_in_an_unchanged_tier_is_a_move_there(tmp_path: Path) -> None:
+    """Unchanged tiers are not diffed, but they still hold objects a changed tier lets go of."""
+    root = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, root)
+    shared = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n  namespace: whoami\ndata:\n  k: v\n"
+    (root / "apps/vms/unifi/dup.yaml").write_text(shared)
+    (root / "apps/whoami/shared.yaml").write_text(shared)
+    whoami = root / "apps/whoami/kustomization.yaml"
+    whoami.write_text(whoami.read_text().replace("resources:\n", "resources:\n  - shared.yaml\n", 1))
+    repo = init_repo(root)
+    base = repo.head.commit.hexsha
+    (root / "apps/vms/unifi/dup.yaml").unlink()
+    head = commit_all(repo, "apps-vms lets go of the shared ConfigMap")
+    review = review_repository(root, "prod", base, head, cache_dir=tmp_path / "cache")
+    [change] = [c for t in review.diff.tiers for c in t.changes]
+    assert (change.kind, change.ref.name, change.from_tier, change.tier) == (
+        ChangeKind.MOVED, "shared", TierId("flux-system", "apps-vms"), TierId("flux-system", "apps"))
