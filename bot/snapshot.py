@@ -144,6 +144,7 @@ class GitTree:
         self._generated: dict[str, bytes] = {}
         self._written: set[str] = set()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
 
     def read(self, rel: str) -> bytes | None:
         with self._lock:
@@ -163,6 +164,7 @@ class GitTree:
             self.files[rel] = TreeFile(blob_id(data), len(data))
             self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
             self._children[posixpath.dirname(rel)][1].sort()
+        with self._write_lock:
             self._written.discard(rel)
         self.materialize((), (rel,))
 
@@ -178,18 +180,21 @@ class GitTree:
             subdirs, names = self._children[current]
             pending.extend(posixpath.join(current, d) if current else d for d in subdirs)
             wanted.extend(posixpath.join(current, n) if current else n for n in names)
-        with self._lock:
-            todo = [f for f in dict.fromkeys(wanted) if f not in self._written]
-            self._written.update(todo)
-        for rel in todo:
-            target = self.root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            data = self.read(rel) or b""
-            tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
-            tmp.write_bytes(data)
-            if self.files[rel].executable:
-                tmp.chmod(0o755)
-            os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+        # One writer at a time: a build that shares a file with one being written waits until it is
+        # there, and a file counts as written only once it is.
+        with self._write_lock:
+            for rel in dict.fromkeys(wanted):
+                if rel in self._written:
+                    continue
+                target = self.root / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = self.read(rel) or b""
+                tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
+                tmp.write_bytes(data)
+                if self.files[rel].executable:
+                    tmp.chmod(0o755)
+                os.replace(tmp, target)
+                self._written.add(rel)
 
 
 @dataclass(frozen=True)

@@ -275,3 +275,28 @@ def test_a_file_the_filesystem_cannot_hold_fails_its_tier_not_the_check(tmp_path
     report = check_snapshot(snapshot, "dev", locate_kustomize(), CheckOptions())
     [failed] = [f for f in report.findings if f.check == "render-failed"]
     assert "cannot be written for kustomize (File name too long)" in failed.message
+
+
+def test_materialize_returns_only_once_every_file_is_there(tmp_path: Path) -> None:
+    """Two tiers sharing a base materialize it concurrently: neither may start kustomize on a half-written copy."""
+    import threading
+    import time
+
+    def slow_blob(oid: str) -> bytes:
+        time.sleep(0.005)
+        return oid.encode()
+
+    entries = [_tree("base"), *(_blob(f"base/f{i:02d}.yaml", f"{i:040d}") for i in range(20))]
+    snapshot = build_lazy_snapshot("r" * 40, entries, slow_blob, tmp_path / "snap")
+    missing: list[int] = []
+
+    def build() -> None:
+        snapshot.materialize(["base"])
+        missing.append(sum(1 for i in range(20) if not (snapshot.root / f"base/f{i:02d}.yaml").is_file()))
+
+    threads = [threading.Thread(target=build) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert missing == [0] * 6
