@@ -236,7 +236,7 @@ class Snapshot:
         return rel in self.tree.files if self.tree is not None else self.path(rel).is_file()
 
     def exists(self, rel: str) -> bool:
-        return self.is_dir(rel) or self.is_file(rel) if self.tree is not None else self.path(rel).exists()
+        return (self.is_dir(rel) or self.is_file(rel)) if self.tree is not None else self.path(rel).exists()
 
     def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
         """Sorted (sub-directory names, other entry names) of a directory; symlinked directories in neither.
@@ -310,7 +310,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
     for pattern in DEFAULT_IGNORE:
         rules.add(pattern)
     refused: list[RefusedPath] = []
-    linked: list[str] = []
+    linked: list[str] = []  # symlinks met (kept or refused)
     count = 0
 
     def walk(rel_dir: str) -> None:
