@@ -116,10 +116,9 @@ def blob_id(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class TreeFile:
-    """One file of a commit: its blob id and size (content is read only when needed)."""
+    """One file of a commit: its blob id (content is read only when needed)."""
 
     oid: str
-    size: int
     executable: bool = False
 
 
@@ -161,7 +160,7 @@ class GitTree:
         """A file we write ourselves (Flux's generated kustomization.yaml)."""
         with self._lock:
             self._generated[rel] = data
-            self.files[rel] = TreeFile(blob_id(data), len(data))
+            self.files[rel] = TreeFile(blob_id(data))
             self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
             self._children[posixpath.dirname(rel)][1].sort()
         with self._write_lock:
@@ -416,7 +415,7 @@ def build_lazy_snapshot(
             elif entry.size is not None and entry.size > max_file_bytes:
                 refused.append(RefusedPath(entry.path, f"is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit"))
             else:
-                files[entry.path] = TreeFile(entry.oid, entry.size or 0, bool(entry.mode & stat.S_IXUSR))
+                files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
 
     walk("")
     return Snapshot(root=root, refused=tuple(refused), tree=GitTree(tree_oid, files, dirs, read_blob, root))
