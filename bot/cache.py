@@ -20,18 +20,21 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     from bot.snapshot import Snapshot
 
-FORMAT = 3  # bump when the cached shape or the key changes
-
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """A hash of the engine's own code and data: another version (or a local edit) never reads these entries."""
     package = Path(__file__).resolve().parent
-    digest = hashlib.sha256(str(FORMAT).encode())
+    digest = hashlib.sha256()
     for path in sorted(package.rglob("*")):
         if path.suffix in (".py", ".yaml") and path.is_file():
             digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def versioned_key(*parts: Any) -> str:
+    """A cache key over JSON-able parts and this engine's code."""
+    return hashlib.sha256(json.dumps([code_fingerprint(), *parts], default=str).encode()).hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -72,8 +75,7 @@ class ContentHasher:
 
     def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
         """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
-        payload = json.dumps([code_fingerprint(), list(parts), [(p, self.digest(p)) for p in sorted(inputs)]], default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return versioned_key(list(parts), [(p, self.digest(p)) for p in sorted(inputs)])
 
 
 class BuildCache:

@@ -138,7 +138,7 @@ def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
     included: set[str] = set()
     for name in dirs:
         for kfile in KUSTOMIZATION_FILES:
-            text = snapshot.read_text(f"{CLUSTERS_DIR}/{name}/{kfile}") if snapshot.is_file(f"{CLUSTERS_DIR}/{name}/{kfile}") else None
+            text = snapshot.read_text(f"{CLUSTERS_DIR}/{name}/{kfile}")
             if text is not None:
                 included.update(d for d in dirs if d != name and f"../{d}" in text)
     return {name: f"{CLUSTERS_DIR}/{name}" for name in dirs if name not in included}

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.cache import BuildCache, code_fingerprint
+from bot.cache import BuildCache, versioned_key
 from bot.checks import CheckContext, run_checks
 from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import UserError
@@ -132,8 +130,7 @@ def _findings_key(snapshot: Snapshot, cluster: str, binary: KustomizeBinary) -> 
     """The cache key of a commit's findings for one cluster; None for a working tree (no tree id)."""
     if snapshot.tree is None:
         return None
-    payload = json.dumps(["findings", code_fingerprint(), binary.version, snapshot.tree.oid, cluster])
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return versioned_key("findings", binary.version, snapshot.tree.oid, cluster)
 
 
 def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:

@@ -1,8 +1,8 @@
 """The git adapter (the only module that imports GitPython): cached mirrors, export a revision, list what changed.
 
 Reading a repository (`resolve`, `commit_snapshot`, `export_tree`, `changed_files`) goes through GitPython and
-works on a working copy or on a bare mirror alike. Talking to a remote (`Mirrors`) runs the git CLI, one command at a time, in a
-scrubbed environment with a throw-away HOME, under a per-mirror lock and a timeout. An access token only ever
+works on a working copy or on a bare mirror alike. Talking to a remote (`Mirrors`) runs the git CLI, one command
+at a time, in a scrubbed environment with a throw-away HOME, under a per-mirror lock and a timeout. An access token only ever
 travels in the environment of the one `git fetch` that needs it (as an `http.extraHeader` set through
 GIT_CONFIG_COUNT): never in a URL, an argv, a config file or a log line, and every message we raise is masked.
 """

@@ -14,8 +14,8 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 from pathlib import Path
+from typing import IO
 
 from bot.errors import KustomizeNotFound, RenderError
 
@@ -106,9 +106,11 @@ def _limit_memory(pid: int, limit: int) -> None:
         pass  # already gone (it exited at once); nothing left to cap
 
 
-def _widen_pipe(stream: Any) -> None:
+def _widen_pipe(stream: IO[bytes] | None) -> None:
     """Give kustomize a 1 MiB stdout pipe: a tier's output then fits, and kustomize never waits for
     our reader thread, which needs the GIL while other threads parse YAML (Linux F_SETPIPE_SZ)."""
+    if stream is None:
+        return
     try:
         fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     except OSError:

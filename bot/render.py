@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bot import substitute as envsubst
-from bot.cache import BuildCache, ContentHasher, code_fingerprint
+from bot.cache import BuildCache, ContentHasher, versioned_key
 from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
@@ -206,7 +206,7 @@ class Renderer:
         self._tree_builds: dict[str, tuple[frozenset[str], str]] = {}
         self._tree_dirty = False
         if cache is not None and snapshot.tree is not None:
-            self._tree_key = "tree-" + hashlib.sha256(json.dumps([code_fingerprint(), binary.version, snapshot.tree.oid]).encode()).hexdigest()
+            self._tree_key = "tree-" + versioned_key(binary.version, snapshot.tree.oid)
             self._tree_builds = cache.get(self._tree_key) or {}
 
     # -- one tier -------------------------------------------------------------------------------
@@ -243,12 +243,10 @@ class Renderer:
                 # write_overlay joins it as written: an absolute path would load a host directory.
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
-        known = self._tree_builds.get(_build_key(spec)) if self.cache is not None else None
-        if known is not None:
-            inputs, cache_key = known
-            sources = self.cache.get(cache_key + "-sources")
-            if sources is not None:
-                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
+        known = self._tree_builds.get(_build_key(spec))
+        cached = self._cached_build(spec, *known) if known is not None else None
+        if cached is not None:
+            return cached
         dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
         self.index.ensure_kustomization(spec.path)
         inputs = frozenset(dirs | files)
@@ -257,11 +255,11 @@ class Renderer:
         cache_key = None
         if self.cache is not None and not (problems or refused):
             cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
-            sources = self.cache.get(cache_key + "-sources")
-            if sources is not None:
+            cached = self._cached_build(spec, inputs, cache_key)
+            if cached is not None:
                 # Only a build that passed every check below is cached: this content was checked already.
                 self._record_tree_build(spec, inputs, cache_key)
-                return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
+                return cached
         problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
@@ -291,6 +289,13 @@ class Renderer:
             self.cache.put(cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
             self._record_tree_build(spec, inputs, cache_key)
         return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
+
+    def _cached_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> RawTier | None:
+        """The cached build under `cache_key`; its documents are unpickled only when a tier needs them."""
+        sources = self.cache.get(cache_key + "-sources") if self.cache is not None else None
+        if sources is None:
+            return None
+        return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
 
     def _record_tree_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> None:
         if self._tree_key is not None:
