@@ -312,7 +312,7 @@ def measure_warm_base(bench: Bench) -> list[Row]:
     review = json.loads(result.read_text(encoding="utf-8"))
     bench.results["warm_base"] = warm["wall"]
     floor = bench.results.get("one_tier_floor")
-    versus = f"; {warm['wall'] / floor:.0f}x the raw floor" if floor else ""
+    versus = f"; {warm['wall'] / floor:.2f}x the raw floor" if floor else ""
     return [
         Row("(c)", "check --base, empty cache, no change", _s(prime["wall"]), "fills the cache (renders base and head)"),
         Row(

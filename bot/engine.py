@@ -11,9 +11,10 @@ from bot.cache import BuildCache, versioned_key
 from bot.checks import CheckContext, run_checks
 from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import UserError
+from bot.facts import FactsStore
 from bot.graph import TierGraph
 from bot.knowledge import default_knowledge
-from bot.kustomize import KustomizeBinary, locate_kustomize
+from bot.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
 from bot.model import Finding, Severity, SourceLocation
 from bot.providers import ProviderIndex
@@ -51,6 +52,8 @@ def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOpti
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
         cache = BuildCache(options.cache_dir) if options.cache_dir else None
+        if cache is not None:
+            remember_version(binary, cache)
         return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
 
 
@@ -86,7 +89,7 @@ def analyse(
     binary: KustomizeBinary,
     options: CheckOptions,
     cache: BuildCache | None = None,
-    finish_memo: dict | None = None,
+    finish_memo: dict | None = None,  # shared by both sides of a review: finished tiers and their facts
     live: LiveState | None = None,
     prior: PriorBuilds | None = None,
 ) -> Analysis:
@@ -99,23 +102,27 @@ def analyse(
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
     renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo, prior=prior)
-    render = renderer.render_cluster(cluster, entry)
-    graph = TierGraph(t.spec for t in render.tiers.values())
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code and this kustomize say so. Not with a live state, which changes between runs.
     key = _findings_key(snapshot, cluster, binary) if cache is not None and live is None else None
     findings = cache.get(key) if cache is not None and key is not None else None
+    facts = FactsStore(knowledge, cache, finish_memo)
+    # The checks read every tier's facts: taken as tiers finish, while others still build.
+    render = renderer.render_cluster(cluster, entry, on_finished=facts.of if findings is None else None)
+    graph = TierGraph(t.spec for t in render.tiers.values())
     if findings is None:
         others = {
             name: TierGraph(t.spec for t in renderer.render_cluster(name, path, graph_only=True).tiers.values())
             for name, path in sorted(known_clusters(config, snapshot).items())
             if name != cluster
         }
-        providers = ProviderIndex(render, knowledge) if live is None else LiveProviderIndex(render, knowledge, live)
+        tier_facts = facts.of_render(render)
+        providers = ProviderIndex(render, knowledge, tier_facts) if live is None else LiveProviderIndex(render, knowledge, live, tier_facts)
         ctx = CheckContext(
             render=render,
             graph=graph,
             providers=providers,
+            facts=tier_facts,
             config=config,
             other_graphs=others,
             locate=renderer.locate,

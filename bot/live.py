@@ -26,6 +26,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from bot.facts import TierFacts
 from bot.knowledge import KnowledgeBase
 from bot.model import Finding, GroupKind, ObjectRef, Severity, SourceRef, TierId, TierSpec
 from bot.providers import Provider, ProviderIndex, ProviderKind
@@ -662,8 +663,8 @@ class LiveProviderIndex(ProviderIndex):
     proves nothing.
     """
 
-    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase, state: LiveState) -> None:
-        super().__init__(render, knowledge)
+    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase, state: LiveState, facts: Mapping[TierId, TierFacts] | None = None) -> None:
+        super().__init__(render, knowledge, facts)
         self._learned: dict[GroupKind, list[Provider]] = {}
         self.used: dict[GroupKind, Provider] = {}  # kinds a check resolved through a learned provider
         live: dict[GroupKind, str] = {}

@@ -5,14 +5,12 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
+from bot.facts import FactsStore, TierFacts
 from bot.knowledge import ChartRule, KnowledgeBase, RuntimeCrdRule
 from bot.model import GroupKind, Manifest, ObjectRef, TierId
 from bot.render import ClusterRender
-
-CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
-HELM_RELEASE_GROUP = "helm.toolkit.fluxcd.io"
 
 
 class ProviderKind(str, enum.Enum):
@@ -45,36 +43,34 @@ class Provider:
 class ProviderIndex:
     """Resolves a GroupKind to every provider the cluster's render offers."""
 
-    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase) -> None:
+    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase, facts: Mapping[TierId, TierFacts] | None = None) -> None:
         self.knowledge = knowledge
         self._crds: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._charts: list[tuple[TierId, ObjectRef, ChartRule]] = []
         self._triggers: list[tuple[TierId, ObjectRef, RuntimeCrdRule]] = []
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
-        oci_urls = {
-            (m.ref.namespace, m.ref.name): str((m.body.get("spec") or {}).get("url", ""))
-            for _, m in render.manifests()
-            if m.ref.kind == "OCIRepository"
-        }
-        for tier, manifest in render.manifests():
-            gk = manifest.ref.group_kind
-            if gk == CRD:
-                defined = _crd_kind(manifest.body)
-                if defined:
-                    self._crds[defined].append(
-                        Provider(ProviderKind.CRD, tier, manifest.ref, f"CRD {manifest.ref.name}")
-                    )
-            elif gk.group == HELM_RELEASE_GROUP and gk.kind == "HelmRelease":
+        if facts is None:
+            facts = FactsStore(knowledge).of_render(render)
+        oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
+        for tier, tier_facts in facts.items():
+            for defined, ref in tier_facts.crds:
+                self._crds[defined].append(Provider(ProviderKind.CRD, tier, ref, f"CRD {ref.name}"))
+            for manifest in tier_facts.helm_releases:
                 chart = _chart_name(manifest, oci_urls)
                 rule = knowledge.chart_rule(chart) if chart else None
                 if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
                     self._charts.append((tier, manifest.ref, rule))
-            for rule in knowledge.triggered_by(gk):
-                self._triggers.append((tier, manifest.ref, rule))
-            for derived in knowledge.derived_kinds(manifest.body):
+            triggers = [
+                (stub.position, index, stub.ref, rule)
+                for gk, stubs in tier_facts.kinds.items()
+                for index, rule in enumerate(knowledge.triggered_by(gk))
+                for stub in stubs
+            ]
+            self._triggers.extend((tier, ref, rule) for _, _, ref, rule in sorted(triggers, key=lambda t: t[:2]))
+            for derived, ref in tier_facts.derived:
                 self._derived[derived].append(
-                    Provider(ProviderKind.RUNTIME, tier, manifest.ref, f"{manifest.ref.kind} {manifest.ref.name} (defines it at run time)")
+                    Provider(ProviderKind.RUNTIME, tier, ref, f"{ref.kind} {ref.name} (defines it at run time)")
                 )
 
     def learn_live(self, kinds: Mapping[GroupKind, str]) -> None:
@@ -109,13 +105,6 @@ class ProviderIndex:
         if gk in self._live:
             found.append(self._live[gk])
         return found
-
-
-def _crd_kind(body: Mapping[str, Any]) -> GroupKind | None:
-    spec = body.get("spec") or {}
-    group = spec.get("group")
-    kind = (spec.get("names") or {}).get("kind")
-    return GroupKind(str(group), str(kind)) if group and kind else None
 
 
 def _chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> str | None:

@@ -11,12 +11,13 @@ import json
 import threading
 import os
 import posixpath
+import queue
 import re
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -84,6 +85,31 @@ class CachedDocuments(Sequence[RawDocument]):
         return iter(self._load())
 
 
+class StoredManifests(Sequence[Manifest]):
+    """A cached finished tier's objects: counted and its Flux Kustomizations known, the rest unpickled on first use."""
+
+    def __init__(self, cache: BuildCache, key: str, count: int, kustomizations: tuple[Manifest, ...]) -> None:
+        self._cache, self._key, self._manifests = cache, key, None
+        self.count, self.kustomizations = count, kustomizations
+
+    def _load(self) -> tuple[Manifest, ...]:
+        if self._manifests is None:
+            loaded = self._cache.get(self._key)
+            if loaded is None:  # evicted between the lookup and now
+                raise InputError("a cached render disappeared while it was in use; run again")
+            self._manifests = tuple(loaded)
+        return self._manifests
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._load()[index]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._load())
+
+
 @dataclass(frozen=True)
 class RawTier:
     """kustomize's output for one tier, or why there is none."""
@@ -94,14 +120,22 @@ class RawTier:
     findings: tuple[Finding, ...] = ()
     failed: bool = False
     content_key: str | None = None  # the build cache key: equal keys, equal output
-    config_documents: tuple[RawDocument, ...] | None = None  # its ConfigMaps/Secrets (substitution sources)
+    config_index: Mapping[tuple[str, str, str], int] | None = None  # see `config_objects`; None: read the documents
 
     @property
-    def substitution_sources(self) -> Sequence[RawDocument]:
-        """The ConfigMaps and Secrets of the build, without loading the rest from the cache."""
-        if self.config_documents is not None:
-            return self.config_documents
-        return [d for d in self.documents if d.body is not None and _CONFIG_KIND.search(d.text)]
+    def config_objects(self) -> Mapping[tuple[str, str, str], int]:
+        """Its ConfigMaps and Secrets (substitution sources): (kind, namespace, name) → index in `documents`.
+
+        Known for a cached build without unpickling its documents: only a tier's actual
+        substituteFrom sources are read.
+        """
+        if self.config_index is not None:
+            return self.config_index
+        return _config_index(self.documents)
+
+
+# (kind, namespace, name) → (documents of the build that has it, index there): looked up lazily.
+SourceIndex = Mapping[tuple[str, str, str], tuple[Sequence[RawDocument], int]]
 
 
 @dataclass(frozen=True)
@@ -109,7 +143,7 @@ class RenderedTier:
     """One tier after kustomize, postBuild substitution and commonMetadata."""
 
     spec: TierSpec
-    manifests: tuple[Manifest, ...] = ()
+    manifests: Sequence[Manifest] = ()
     rendered: bool = False  # False: another source, unsafe input or a failed build
     failed: bool = False
     substituted: bool = False  # postBuild substitution ran (at least one variable loaded)
@@ -118,6 +152,13 @@ class RenderedTier:
     undefined: Mapping[str, tuple[Manifest, ...]] = field(default_factory=dict)
     inputs: frozenset[str] = frozenset()  # repo paths the build read
     token_candidates: frozenset[int] | None = None  # indices of manifests whose text has `${`; None: unknown
+    finish_key: str | None = None  # the finish cache key: equal keys, equal objects; None when not cacheable
+
+    def flux_kustomizations(self) -> Sequence[Manifest]:
+        """Its Flux Kustomizations (known without loading a cached tier's other objects)."""
+        if isinstance(self.manifests, StoredManifests):
+            return self.manifests.kustomizations
+        return [m for m in self.manifests if is_flux_kustomization(m)]
 
 
 @dataclass(frozen=True)
@@ -196,7 +237,7 @@ class Renderer:
         self.prior = prior if prior is not None and not snapshot.has_symlinks else None
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self._counter = itertools.count(1)
-        self._locations: dict[str, list] = {}
+        self._locations: dict[str, tuple[list, dict[tuple[str, str], int]]] = {}  # file → (document heads, line by kind and name)
         # dev and prod usually apply the same paths with the same overlay: build each once.
         self._builds: dict[str, RawTier] = {}
         self._builds_lock = threading.Lock()
@@ -213,16 +254,25 @@ class Renderer:
 
     def build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay (memoised by what the build reads from the spec)."""
+        hit = self._known_build(spec)
+        if hit is not None:
+            return hit
+        raw = self._build_tier(spec)
+        with self._builds_lock:
+            raw = self._builds.setdefault(_build_key(spec), raw)
+        return _for_spec(raw, spec)
+
+    def _known_build(self, spec: TierSpec) -> RawTier | None:
+        """This renderer's build for the spec's build key, or the other side's when it is reusable (no I/O)."""
         key = _build_key(spec)
         with self._builds_lock:
             hit = self._builds.get(key)
-        if hit is None:
-            hit = (self.prior.reusable(key) if self.prior else None) or self._build_tier(spec)
-            with self._builds_lock:
-                self._builds[key] = hit
-        if hit.spec == spec:
-            return hit
-        return replace(hit, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in hit.findings))
+        if hit is None and self.prior is not None:
+            hit = self.prior.reusable(key)
+            if hit is not None:
+                with self._builds_lock:
+                    hit = self._builds.setdefault(key, hit)
+        return _for_spec(hit, spec) if hit is not None else None
 
     def built(self, key: str) -> RawTier | None:
         """The build this renderer made for a build key (see `_build_key`), if any."""
@@ -286,7 +336,7 @@ class Renderer:
         if cache_key is not None:
             self.cache.put(cache_key, tuple(documents))
             # Written last: its presence says the build entry is complete.
-            self.cache.put(cache_key + "-sources", tuple(d for d in documents if d.body is not None and _CONFIG_KIND.search(d.text)))
+            self.cache.put(cache_key + "-sources", _config_index(documents))
             self._record_tree_build(spec, inputs, cache_key)
         return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
 
@@ -295,7 +345,7 @@ class Renderer:
         sources = self.cache.get(cache_key + "-sources") if self.cache is not None else None
         if sources is None:
             return None
-        return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_documents=tuple(sources))
+        return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_index=sources)
 
     def _record_tree_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> None:
         if self._tree_key is not None:
@@ -350,10 +400,17 @@ class Renderer:
         origin = manifest.origin
         if origin is None or origin.line is not None:
             return origin
-        heads = self._locations.get(origin.file)
-        if heads is None:
+        located = self._locations.get(origin.file)
+        if located is None:
             heads = _document_heads(self.snapshot, origin.file)
-            self._locations[origin.file] = heads
+            exact: dict[tuple[str, str], int] = {}
+            for head in heads:
+                exact.setdefault((head.kind, head.name), head.line)
+            located = self._locations[origin.file] = (heads, exact)
+        heads, exact = located
+        line = exact.get((manifest.ref.kind, manifest.ref.name))
+        if line is not None:  # the name as written: nothing longer can match
+            return SourceLocation(origin.file, line)
         # The longest written name inside the rendered one: `web` must not claim `x-web-config` (namePrefix).
         matches = [h for h in heads if h.kind == manifest.ref.kind and h.name and h.name in manifest.ref.name]
         if matches:
@@ -362,38 +419,61 @@ class Renderer:
 
     # -- a whole cluster ------------------------------------------------------------------------
 
-    def render_cluster(self, cluster: str, entry: str, *, graph_only: bool = False) -> ClusterRender:
+    def render_cluster(
+        self, cluster: str, entry: str, *, graph_only: bool = False, on_finished: Callable[[RenderedTier], object] | None = None
+    ) -> ClusterRender:
         """Render the entry path and follow every Kustomization on this repository, to any depth.
 
         `graph_only` keeps only the Flux Kustomizations of each tier (enough for another cluster's graph).
+        `on_finished` is called with each finished tier while other tiers may still be building.
         """
         findings: list[Finding] = []
         tiers: dict[TierId, RenderedTier] = {}
         built: dict[TierId, RawTier] = {}
-        objects: dict[tuple[str, str, str], RawDocument] = {}
+        objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
         entry_spec = entry_tier(entry)
+        # Builds report through a queue: waiting on a set of futures costs a pass over all of them
+        # each time, and a commit seen before schedules hundreds of tiers that are ready at once.
+        done: queue.SimpleQueue[Future[RawTier]] = queue.SimpleQueue()
+        outstanding = 0
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="render") as pool:
-            pending: dict[Future[RawTier], TierId] = {pool.submit(self.build_tier, entry_spec): entry_spec.id}
+
+            def schedule(spec: TierSpec) -> None:
+                nonlocal outstanding
+                outstanding += 1
+                known = self._known_build(spec)
+                if known is not None:  # memoised or reused: no I/O, no thread
+                    future: Future[RawTier] = Future()
+                    future.set_result(known)
+                    done.put(future)
+                else:
+                    pool.submit(self.build_tier, spec).add_done_callback(done.put)
+
             scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
-            while pending or built:
-                if pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        pending.pop(future)
-                        raw = future.result()
-                        built[raw.spec.id] = raw
-                        findings.extend(raw.findings)
-                        for doc in raw.substitution_sources:
-                            ref = _ref(doc.body) if doc.body is not None else None
-                            if ref and ref.kind in ("ConfigMap", "Secret"):
-                                objects.setdefault((ref.kind, ref.namespace, ref.name), doc)
+            schedule(entry_spec)
+            while outstanding or built:
+                arrived = [done.get()] if outstanding else []
+                while True:  # and whatever else is ready
+                    try:
+                        arrived.append(done.get_nowait())
+                    except queue.Empty:
+                        break
+                outstanding -= len(arrived)
+                for future in arrived:
+                    raw = future.result()
+                    built[raw.spec.id] = raw
+                    findings.extend(raw.findings)
+                    for key, position in raw.config_objects.items():
+                        objects.setdefault(key, (raw.documents, position))
                 for tid in list(built):
                     raw = built[tid]
-                    if pending and not _sources_present(raw.spec, objects):
+                    if outstanding and not _sources_present(raw.spec, objects):
                         continue  # its substituteFrom may be rendered by a tier still building
                     del built[tid]
                     rendered, tier_findings = self._finish(raw, objects, graph_only)
                     tiers[tid] = rendered
+                    if on_finished is not None:
+                        on_finished(rendered)
                     findings.extend(tier_findings)
                     for spec in self._discover(rendered, entry, findings):
                         if spec.id in scheduled:
@@ -402,7 +482,7 @@ class Renderer:
                             continue
                         scheduled[spec.id] = spec
                         if self.config.is_this_repo(spec.source):
-                            pending[pool.submit(self.build_tier, spec)] = spec.id
+                            schedule(spec)
                         else:
                             tiers[spec.id] = RenderedTier(spec=spec)
                             findings.append(
@@ -419,9 +499,7 @@ class Renderer:
 
     def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
         specs = []
-        for manifest in tier.manifests:
-            if not is_flux_kustomization(manifest):
-                continue
+        for manifest in tier.flux_kustomizations():
             try:
                 spec = tier_spec(replace(manifest, origin=self.locate(manifest)), tier.spec.id)
             except TierSpecError as exc:
@@ -435,7 +513,7 @@ class Renderer:
     # -- substitution ---------------------------------------------------------------------------
 
     def _finish(
-        self, raw: RawTier, objects: Mapping[tuple[str, str, str], RawDocument], graph_only: bool = False
+        self, raw: RawTier, objects: SourceIndex, graph_only: bool = False
     ) -> tuple[RenderedTier, list[Finding]]:
         """postBuild substitution and commonMetadata for one built tier (graph_only: its Kustomizations only)."""
         spec = raw.spec
@@ -443,8 +521,8 @@ class Renderer:
         if raw.failed and not raw.documents:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), findings
         variables, secret_names, open_set = self._variables(spec, objects, findings)
-        memo_key = self._memo_key(raw, variables, secret_names, open_set, graph_only)
-        remembered = self._remembered(memo_key)
+        finish_key = self._finish_key(raw, variables, secret_names, open_set, graph_only)
+        remembered = self._remembered(finish_key)
         if remembered is not None:
             rendered, memo_findings = remembered
             return replace(rendered, spec=spec, inputs=raw.inputs), list(memo_findings)
@@ -495,32 +573,37 @@ class Renderer:
             undefined={k: tuple(v) for k, v in undefined.items()},
             inputs=raw.inputs,
             token_candidates=frozenset(candidates),
+            finish_key=finish_key,
         )
-        if memo_key is not None:
-            self._remember(memo_key, rendered, findings)
+        if finish_key is not None:
+            self._remember(finish_key, rendered, findings)
         return rendered, findings
 
-    def _finished_key(self, memo_key: str) -> str:
-        return "finished-" + hashlib.sha256(memo_key.encode()).hexdigest()
-
-    def _remembered(self, memo_key: str | None) -> tuple[RenderedTier, list[Finding]] | None:
+    def _remembered(self, finish_key: str | None) -> tuple[RenderedTier, list[Finding]] | None:
         """A finished tier from this review's memory, else from the disk cache (keyed by content and variables)."""
-        if memo_key is None:
+        if finish_key is None:
             return None
-        if self.finish_memo is not None and memo_key in self.finish_memo:
-            return self.finish_memo[memo_key]
+        if self.finish_memo is not None and finish_key in self.finish_memo:
+            return self.finish_memo[finish_key]
         if self.cache is None:
             return None
-        stored = self.cache.get(self._finished_key(memo_key))
-        if stored is not None and self.finish_memo is not None:
-            self.finish_memo[memo_key] = stored
-        return stored
-
-    def _remember(self, memo_key: str, rendered: RenderedTier, findings: list[Finding]) -> None:
+        stored = self.cache.get(f"finished-{finish_key}")
+        if stored is None:
+            return None
+        summary, findings, count, kustomizations = stored
+        remembered = replace(summary, manifests=StoredManifests(self.cache, f"finished-{finish_key}-objects", count, kustomizations)), findings
         if self.finish_memo is not None:
-            self.finish_memo[memo_key] = (rendered, list(findings))
+            self.finish_memo[finish_key] = remembered
+        return remembered
+
+    def _remember(self, finish_key: str, rendered: RenderedTier, findings: list[Finding]) -> None:
+        if self.finish_memo is not None:
+            self.finish_memo[finish_key] = (rendered, list(findings))
         if self.cache is not None:
-            self.cache.put(self._finished_key(memo_key), (rendered, list(findings)))
+            # The objects apart from the summary: a review loads only the tiers it diffs or checks anew.
+            self.cache.put(f"finished-{finish_key}-objects", tuple(rendered.manifests))
+            summary = (replace(rendered, manifests=()), list(findings), len(rendered.manifests), tuple(rendered.flux_kustomizations()))
+            self.cache.put(f"finished-{finish_key}", summary)  # written last: its presence says the entry is complete
 
     def _prepare(
         self, documents: Sequence[RawDocument], substituting: bool, masked: Mapping[str, str], spec: TierSpec, findings: list[Finding]
@@ -564,20 +647,20 @@ class Renderer:
             out[index] = (body, origin, undefined)
         return out
 
-    def _memo_key(self, raw: RawTier, variables: Mapping[str, str], secret_names: set[str], open_set: bool, graph_only: bool) -> str | None:
-        """Everything `_finish` reads besides `raw.documents` (named by its content key)."""
+    def _finish_key(self, raw: RawTier, variables: Mapping[str, str], secret_names: set[str], open_set: bool, graph_only: bool) -> str | None:
+        """A hash of everything `_finish` reads besides `raw.documents` (named by its content key)."""
         if raw.content_key is None:
             return None
         spec = raw.spec
-        return json.dumps(
+        return hashlib.sha256(json.dumps(
             [raw.content_key, sorted(variables.items()), sorted(secret_names), open_set, graph_only, str(spec.id),
              spec.has_post_build, spec.substitute_always, spec.common_metadata, spec.decryption, str(spec.origin),
              self.config.strict_substitution, raw.failed],
             sort_keys=True, default=str,
-        )
+        ).encode()).hexdigest()
 
     def _variables(
-        self, spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument], findings: list[Finding]
+        self, spec: TierSpec, objects: SourceIndex, findings: list[Finding]
     ) -> tuple[dict[str, str], set[str], bool]:
         """The postBuild variables of a tier: substituteFrom in order, then inline `substitute` wins."""
         variables: dict[str, str] = {}
@@ -586,8 +669,8 @@ class Renderer:
         if not spec.has_post_build:
             return variables, secret_names, open_set
         for source in spec.substitute_from:
-            doc = objects.get((source.kind, spec.id.namespace, source.name))
-            if doc is None:
+            found = objects.get((source.kind, spec.id.namespace, source.name))
+            if found is None:
                 open_set = True
                 findings.append(
                     Finding(
@@ -601,7 +684,8 @@ class Renderer:
                     )
                 )
                 continue
-            data = _config_data(doc.body)
+            documents, position = found
+            data = _config_data(documents[position].body)
             variables.update(data)
             if source.kind == "Secret":
                 secret_names.update(data)
@@ -703,7 +787,25 @@ def _describe(text: str) -> str:
     return f"{kind.group(1) if kind else 'object'}/{name.group(1) if name else '?'}"
 
 
-def _sources_present(spec: TierSpec, objects: Mapping[tuple[str, str, str], RawDocument]) -> bool:
+def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:
+    """A build made for an equal build key, as the build of `spec` (its findings name this tier)."""
+    if raw.spec == spec:
+        return raw
+    return replace(raw, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in raw.findings))
+
+
+def _config_index(documents: Sequence[RawDocument]) -> dict[tuple[str, str, str], int]:
+    """(kind, namespace, name) → index of each ConfigMap and Secret among kustomize's documents (first wins)."""
+    index: dict[tuple[str, str, str], int] = {}
+    for position, doc in enumerate(documents):
+        if doc.body is not None and _CONFIG_KIND.search(doc.text):
+            ref = _ref(doc.body)
+            if ref and ref.kind in ("ConfigMap", "Secret"):
+                index.setdefault((ref.kind, ref.namespace, ref.name), position)
+    return index
+
+
+def _sources_present(spec: TierSpec, objects: SourceIndex) -> bool:
     return all((s.kind, spec.id.namespace, s.name) in objects for s in spec.substitute_from)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
@@ -13,7 +14,7 @@ from bot.cache import BuildCache
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine import Analysis, CheckOptions, analyse, build_report
 from bot.errors import UserError
-from bot.kustomize import locate_kustomize
+from bot.kustomize import locate_kustomize, remember_version
 from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.model import Finding, Severity, TierId
 from bot.render import PriorBuilds
@@ -90,7 +91,10 @@ def _with_line(finding: Finding, side: Analysis) -> Finding:
     """Give a finding about an object the `file:line` of that object on this side."""
     if finding.object is None:
         return finding
-    for _, manifest in side.render.manifests():
+    own = side.render.tiers.get(finding.kustomization) if finding.kustomization else None
+    # Its own tier first: the other tiers' objects may still be in the cache, unread.
+    candidates = itertools.chain(own.manifests if own else (), (m for _, m in side.render.manifests()))
+    for manifest in candidates:
         if manifest.ref.identity == finding.object.identity:
             return replace(finding, location=side.renderer.locate(manifest) or finding.location)
     return finding
@@ -109,6 +113,8 @@ def review_repository(
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
     cache = BuildCache(cache_dir) if cache_dir else None  # the CLI passes the default dir unless --no-cache
+    if cache is not None:
+        remember_version(binary, cache)
     memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:

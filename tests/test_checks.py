@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from bot.cli import main as cli_main
-from bot.engine import check_repository
+from bot.engine import CheckOptions, check_repository
 from bot.model import Severity
 from bot.report import CheckReport
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
@@ -529,6 +529,30 @@ SOUND_CASES = [
 def test_no_false_alarms(tmp_path, files):
     report = run(tmp_path, files)
     assert [(f.check, str(f.kustomization), f.message) for f in report.findings] == []
+
+
+CACHED_CASES = [pytest.param(case.values[0], id=case.id) for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES)]
+
+
+@pytest.mark.parametrize("files", CACHED_CASES)
+def test_cached_facts_give_the_same_findings(tmp_path, files):
+    """A second check takes every tier's facts from the cache and loads none of its objects: same findings, same lines."""
+    write_tree(tmp_path / "repo", files)
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+    first = check_repository(tmp_path / "repo", "dev", options)
+    stored = list((tmp_path / "cache").rglob("finished-*-objects.pickle"))
+    assert stored
+    for path in stored:
+        path.unlink()  # reading one now would fail the check
+    assert check_repository(tmp_path / "repo", "dev", options).findings == first.findings
+
+
+def test_example_repo_from_cached_facts(tmp_path):
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+    first = {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")}
+    for path in (tmp_path / "cache").rglob("finished-*-objects.pickle"):
+        path.unlink()
+    assert {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")} == first
 
 
 @pytest.mark.parametrize("cluster", ["dev", "prod"])

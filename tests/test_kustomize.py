@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import KustomizeNotFound, RenderError
+from bot import kustomize
+from bot.cache import BuildCache
 from bot.kustomize import KustomizeBinary, locate_kustomize, run_build
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "LoadRestrictionsNone", "--load-restrictor", "--network")
@@ -194,3 +196,24 @@ def test_memory_cap_applies_to_the_build(tmp_path: Path) -> None:
     fake.chmod(0o755)
     out = run_build(KustomizeBinary(str(fake), embedded=False), tmp_path, sandbox_home=tmp_path / "home", memory_bytes=1536 * 1024 * 1024)
     assert out.strip() == str(1536 * 1024)
+
+
+def test_version_is_probed_once_per_binary_and_remembered_in_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fresh process takes the version from the build cache; a replaced binary is probed again."""
+    calls = tmp_path / "calls"
+    script = fake(tmp_path / "bin", "kustomize", f'echo probe >> {calls}\necho "v5.8.1"')
+    binary = KustomizeBinary(str(script), embedded=False)
+    cache = BuildCache(tmp_path / "cache")
+
+    def fresh_process_version() -> str:
+        monkeypatch.setattr(kustomize, "_VERSIONS", {})  # what a new process starts with
+        kustomize.remember_version(binary, cache)
+        return binary.version
+
+    assert fresh_process_version() == "v5.8.1"
+    assert fresh_process_version() == "v5.8.1"
+    assert calls.read_text().count("probe") == 1
+    script.write_text(f'#!/bin/sh\necho probe >> {calls}\necho "v5.9.0 (upgraded)"\n')
+    assert fresh_process_version() == "v5.9.0"
+    assert calls.read_text().count("probe") == 2
+

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from bot.config import RepoConfig
+from bot.facts import ObjectStub, TierFacts
 from bot.graph import TierGraph
 from bot.model import Finding, Manifest, Severity, SourceLocation, TierId
 from bot.providers import ProviderIndex
@@ -19,9 +20,10 @@ class CheckContext:
     render: ClusterRender
     graph: TierGraph
     providers: ProviderIndex
+    facts: Mapping[TierId, TierFacts]  # per tier: what the checks read of its objects
     config: RepoConfig
     other_graphs: Mapping[str, TierGraph]
-    locate: Callable[[Manifest], SourceLocation | None]
+    locate: Callable[[Manifest | ObjectStub], SourceLocation | None]
 
     def tier_location(self, tier: TierId) -> SourceLocation | None:
         """Where the Flux Kustomization `tier` is written."""

@@ -8,14 +8,12 @@ applied and waited on in the first stage.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from bot.checks import CheckContext, check, name_list, plural
-from bot.model import Finding, GroupKind, Manifest, Severity, TierId
+from bot.facts import ObjectStub
+from bot.model import Finding, GroupKind, Severity, TierId
 from bot.providers import Provider, ProviderKind
-
-CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 
 
 @check(
@@ -25,22 +23,16 @@ CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
     ("unknown-kind", Severity.WARNING, "nobody known provides the kind"),
 )
 def api_availability(ctx: CheckContext) -> Iterator[Finding]:
-    for tier_id, tier in ctx.render.tiers.items():
-        by_kind: dict[GroupKind, list[Manifest]] = defaultdict(list)
-        own_crds = set()
-        for manifest in tier.manifests:
-            by_kind[manifest.ref.group_kind].append(manifest)
-            if manifest.ref.group_kind == CRD:
-                spec = manifest.body.get("spec") or {}
-                own_crds.add(GroupKind(str(spec.get("group")), str((spec.get("names") or {}).get("kind"))))
-        for gk, objects in sorted(by_kind.items()):
-            if gk in own_crds:
+    for tier_id in ctx.render.tiers:
+        facts = ctx.facts[tier_id]
+        for gk, objects in sorted(facts.kinds.items()):
+            if gk in facts.own_crds:
                 continue  # stage 1 of the same apply creates and waits for it
             providers = ctx.providers.resolve(gk)
             yield from _judge(ctx, tier_id, gk, objects, providers)
 
 
-def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: list[Manifest], providers: list[Provider]) -> Iterator[Finding]:
+def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[ObjectStub], providers: list[Provider]) -> Iterator[Finding]:
     if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers):
         return
     first = objects[0]

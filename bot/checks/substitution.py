@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from bot.checks import CheckContext, check, name_list, plural
+from bot.errors import SubstitutionError
 from bot.flux import SUBSTITUTE_ANNOTATION
 from bot.model import Finding, Manifest, Severity
-from bot.errors import SubstitutionError
 from bot.substitute import find_references
 
 # ConfigMap keys that hold a whole file (dashboards, scripts) carry tokens meant for another tool.
