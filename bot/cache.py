@@ -99,6 +99,17 @@ class BuildCache:
         self.hits += 1
         return value
 
+    def contains(self, key: str) -> bool:
+        """Whether an entry exists (without reading it)."""
+        return self._path(key).is_file()
+
+    def discard(self, key: str) -> None:
+        """Remove an entry, if present."""
+        try:
+            self._path(key).unlink()
+        except OSError:
+            pass
+
     def put(self, key: str, value: Any) -> None:
         path = self._path(key)
         try:

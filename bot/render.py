@@ -70,7 +70,8 @@ class CachedDocuments(Sequence[RawDocument]):
     def _load(self) -> tuple[RawDocument, ...]:
         if self._docs is None:
             loaded = self._cache.get(self._key)
-            if loaded is None:  # evicted between the lookup and now
+            if loaded is None:  # removed between the lookup and now: forget the entry, the next run rebuilds it
+                self._cache.discard(self._key + "-sources")
                 raise InputError("a cached build disappeared while it was in use; run again")
             self._docs = tuple(loaded)
         return self._docs
@@ -88,14 +89,15 @@ class CachedDocuments(Sequence[RawDocument]):
 class StoredManifests(Sequence[Manifest]):
     """A cached finished tier's objects: counted and its Flux Kustomizations known, the rest unpickled on first use."""
 
-    def __init__(self, cache: BuildCache, key: str, count: int, kustomizations: tuple[Manifest, ...]) -> None:
-        self._cache, self._key, self._manifests = cache, key, None
+    def __init__(self, cache: BuildCache, finish_key: str, count: int, kustomizations: tuple[Manifest, ...]) -> None:
+        self._cache, self._key, self._manifests = cache, finish_key, None
         self.count, self.kustomizations = count, kustomizations
 
     def _load(self) -> tuple[Manifest, ...]:
         if self._manifests is None:
-            loaded = self._cache.get(self._key)
-            if loaded is None:  # evicted between the lookup and now
+            loaded = self._cache.get(f"finished-{self._key}-objects")
+            if loaded is None:  # removed between the lookup and now: forget the summary, the next run finishes it again
+                self._cache.discard(f"finished-{self._key}")
                 raise InputError("a cached render disappeared while it was in use; run again")
             self._manifests = tuple(loaded)
         return self._manifests
@@ -343,7 +345,7 @@ class Renderer:
     def _cached_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> RawTier | None:
         """The cached build under `cache_key`; its documents are unpickled only when a tier needs them."""
         sources = self.cache.get(cache_key + "-sources") if self.cache is not None else None
-        if sources is None:
+        if sources is None or not self.cache.contains(cache_key):
             return None
         return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_index=sources)
 
@@ -588,10 +590,10 @@ class Renderer:
         if self.cache is None:
             return None
         stored = self.cache.get(f"finished-{finish_key}")
-        if stored is None:
+        if stored is None or not self.cache.contains(f"finished-{finish_key}-objects"):
             return None
         summary, findings, count, kustomizations = stored
-        remembered = replace(summary, manifests=StoredManifests(self.cache, f"finished-{finish_key}-objects", count, kustomizations)), findings
+        remembered = replace(summary, manifests=StoredManifests(self.cache, finish_key, count, kustomizations)), findings
         if self.finish_memo is not None:
             self.finish_memo[finish_key] = remembered
         return remembered

@@ -540,18 +540,22 @@ def test_cached_facts_give_the_same_findings(tmp_path, files):
     write_tree(tmp_path / "repo", files)
     options = CheckOptions(cache_dir=tmp_path / "cache")
     first = check_repository(tmp_path / "repo", "dev", options)
-    stored = list((tmp_path / "cache").rglob("finished-*-objects.pickle"))
-    assert stored
-    for path in stored:
-        path.unlink()  # reading one now would fail the check
+    assert _spoil_cached_objects(tmp_path / "cache")
     assert check_repository(tmp_path / "repo", "dev", options).findings == first.findings
+
+
+def _spoil_cached_objects(cache: Path) -> int:
+    """Make every cached finished tier's objects unreadable: a check that reads one fails."""
+    stored = list(cache.rglob("finished-*-objects.pickle"))
+    for path in stored:
+        path.write_bytes(b"not a pickle")
+    return len(stored)
 
 
 def test_example_repo_from_cached_facts(tmp_path):
     options = CheckOptions(cache_dir=tmp_path / "cache")
     first = {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")}
-    for path in (tmp_path / "cache").rglob("finished-*-objects.pickle"):
-        path.unlink()
+    assert _spoil_cached_objects(tmp_path / "cache")
     assert {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")} == first
 
 

@@ -82,8 +82,8 @@ def test_cached_facts_need_no_object(tmp_path: Path) -> None:
     cache = BuildCache(tmp_path)
     manifests = (manifest(NAMESPACE), manifest(PVC))
     fresh = FactsStore(default_knowledge(), cache).of(_tier(manifests, "k1"))
-    # The objects are gone: loading them would raise, so an equal answer came from the facts entry.
-    stored = StoredManifests(cache, "finished-k1-objects", len(manifests), ())
+    # The objects were never stored: loading them would raise, so an equal answer came from the facts entry.
+    stored = StoredManifests(cache, "k1", len(manifests), ())
     again = FactsStore(default_knowledge(), cache).of(_tier(stored, "k1"))
     assert again == fresh and isinstance(again, TierFacts)
     with pytest.raises(InputError, match="disappeared"):
@@ -95,3 +95,14 @@ def test_unkeyed_tier_is_read_once_per_object(tmp_path: Path) -> None:
     tier = _tier((manifest(PVC),), None)
     assert store.of(tier) is store.of(tier)
     assert list(tmp_path.rglob("*.pickle")) == []  # nothing to key it by: never cached
+
+
+def test_objects_gone_mid_run_fail_that_run_and_heal_the_next(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path)
+    cache.put("finished-k1-objects", (manifest(PVC),))
+    cache.put("finished-k1", "summary")
+    stored = StoredManifests(cache, "k1", 1, ())
+    cache.discard("finished-k1-objects")
+    with pytest.raises(InputError, match="run again"):
+        list(stored)
+    assert not cache.contains("finished-k1")  # the next run finishes the tier again

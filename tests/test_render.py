@@ -852,3 +852,15 @@ def test_function_annotation_on_a_plain_resource_is_not_a_plugin(tmp_path: Path,
     _, cr = render(tmp_path, files, binary)
     assert not [f for f in cr.findings if f.check == "unsafe-path"]
     assert [m.ref.kind for m in cr.tiers[APP].manifests] == ["Evil"]
+
+
+def test_a_cached_tier_whose_objects_are_gone_is_finished_again(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """A summary without its objects entry (a partly cleaned cache) is a miss, never an error."""
+    repo = write_tree(tmp_path / "repo", flux_repo({"apps": ks("apps", "./apps")}, {"apps/kustomization.yaml": kustomization("cm.yaml"), "apps/cm.yaml": dump(obj("v1", "ConfigMap", "c", "default", data={"k": "v"}))}))
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+    first = check_repository(repo, "dev", options)
+    removed = list((tmp_path / "cache").rglob("finished-*-objects.pickle"))
+    assert removed
+    for path in removed:
+        path.unlink()
+    assert check_repository(repo, "dev", options) == first
