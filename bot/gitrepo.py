@@ -33,8 +33,9 @@ from urllib.parse import quote, urlsplit
 
 import git
 
+from bot.cache import BuildCache, versioned_key
 from bot.errors import InfraError, InputError, UserError
-from bot.snapshot import Snapshot, TreeEntry, build_lazy_snapshot, build_snapshot
+from bot.snapshot import Snapshot, TreeEntry, TreeListing, build_snapshot, lazy_snapshot, list_commit
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,11 @@ def _open(repo_dir: Path) -> git.Repo:
 
 def resolve(repo_dir: Path, rev: str) -> str:
     """The commit SHA a revision names; a user error when it does not exist."""
-    repo = _open(repo_dir)
+    return _resolve(_open(repo_dir), rev)
+
+
+def _resolve(repo: git.Repo, rev: str) -> str:
+    # One Repo per operation: each starts its own `git cat-file` helper on first use.
     try:
         return repo.commit(rev).hexsha
     except (git.BadName, ValueError, git.GitCommandError):
@@ -72,7 +77,7 @@ def export_tree(repo_dir: Path, rev: str, dest: Path) -> str:
     `dest` with no path component that is a symlink, so nothing is ever written outside it.
     """
     repo = _open(repo_dir)
-    sha = resolve(repo_dir, rev)
+    sha = _resolve(repo, rev)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     commit = repo.commit(sha)
@@ -90,12 +95,18 @@ def export_tree(repo_dir: Path, rev: str, dest: Path) -> str:
     return sha
 
 
+_HAS_SYMLINKS = "has-symlinks"  # a listing's stand-in for a commit that is exported and copied instead
+
+
 @contextmanager
-def commit_snapshot(repo_dir: Path, rev: str, dest: Path) -> Iterator[tuple[str, Snapshot]]:
+def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | None = None) -> Iterator[tuple[str, Snapshot]]:
     """The sanitised snapshot of `rev` in `dest`, and its SHA: lazy (files written as builds need them)
-    when the commit has no symlink, else exported and copied whole."""
+    when the commit has no symlink, else exported and copied whole.
+
+    With `cache`, a tree listed before is not listed again (its listing is keyed by the tree id).
+    """
     repo = _open(repo_dir)
-    sha = resolve(repo_dir, rev)
+    sha = _resolve(repo, rev)
     lock = threading.Lock()
 
     def read_blob(oid: str) -> bytes:
@@ -106,10 +117,18 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path) -> Iterator[tuple[str,
                 raise InputError(f"git object {oid[:12]} of {sha[:12]} cannot be read ({type(exc).__name__}): a shallow or partial clone?") from None
 
     try:
-        snapshot = build_lazy_snapshot(repo.commit(sha).tree.hexsha, list_tree(repo, sha), read_blob, dest)
-        if snapshot is None:
+        tree_oid = repo.commit(sha).tree.hexsha
+        key = versioned_key("tree-listing", tree_oid)
+        listing = cache.get(key) if cache is not None else None
+        if listing is None:
+            listing = list_commit(list_tree(repo, sha), read_blob) or _HAS_SYMLINKS
+            if cache is not None:
+                cache.put(key, listing)
+        if not isinstance(listing, TreeListing):
             export_tree(repo_dir, sha, dest / "export")
             snapshot = build_snapshot(dest / "export", dest)
+        else:
+            snapshot = lazy_snapshot(tree_oid, listing, read_blob, dest)
         yield sha, snapshot
     finally:
         repo.close()
@@ -185,34 +204,34 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root: Pat
 def merge_base(repo_dir: Path, a: str, b: str) -> str:
     """The best common ancestor of two commits (what GitHub diffs a PR against); `a` when there is none."""
     repo = _open(repo_dir)
-    bases = repo.merge_base(resolve(repo_dir, a), resolve(repo_dir, b))
-    return bases[0].hexsha if bases else resolve(repo_dir, a)
+    bases = repo.merge_base(_resolve(repo, a), _resolve(repo, b))
+    return bases[0].hexsha if bases else _resolve(repo, a)
 
 
 def first_parent_history(repo_dir: Path, rev: str, limit: int) -> list[str]:
     """The last `limit` commits of `rev`'s first-parent history (a branch as its pushes made it), oldest first."""
     repo = _open(repo_dir)
-    start = resolve(repo_dir, rev)
+    start = _resolve(repo, rev)
     return [c.hexsha for c in repo.iter_commits(start, first_parent=True, max_count=max(1, int(limit)))][::-1]
 
 
 def commit_parents(repo_dir: Path, rev: str) -> list[str]:
     """The parent SHAs of a commit."""
     repo = _open(repo_dir)
-    return [p.hexsha for p in repo.commit(resolve(repo_dir, rev)).parents]
+    return [p.hexsha for p in repo.commit(_resolve(repo, rev)).parents]
 
 
 def commit_summary(repo_dir: Path, rev: str) -> str:
     """The first line of a commit's message."""
     repo = _open(repo_dir)
-    summary = repo.commit(resolve(repo_dir, rev)).summary
+    summary = repo.commit(_resolve(repo, rev)).summary
     return summary.decode("utf-8", "replace") if isinstance(summary, bytes) else str(summary)
 
 
 def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]:
     """Repo paths that differ between `base` and `head` (None: the working tree, untracked files included)."""
     repo = _open(repo_dir)
-    base_commit = repo.commit(resolve(repo_dir, base))
+    base_commit = repo.commit(_resolve(repo, base))
     if head is None:
         if repo.bare:
             raise UserError(f"{repo_dir} is a bare repository: name a head revision, there is no working tree")
@@ -220,7 +239,7 @@ def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]
         paths = {p for d in diffs for p in (d.a_path, d.b_path) if p}
         paths.update(repo.untracked_files)
     else:
-        diffs = base_commit.diff(repo.commit(resolve(repo_dir, head)))
+        diffs = base_commit.diff(repo.commit(_resolve(repo, head)))
         paths = {p for d in diffs for p in (d.a_path, d.b_path) if p}
     return frozenset(paths)
 

@@ -119,12 +119,12 @@ def review_repository(
     changed = gitrepo.changed_files(repo, base, head)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
         work = Path(tmp)
-        base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base"))
+        base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base", cache))
         head_sha: str | None
         if head is None:
             head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
         else:
-            head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head"))
+            head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head", cache))
         try:
             base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
         except UserError:

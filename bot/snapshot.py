@@ -16,7 +16,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from bot.yamlio import MAX_FILE_BYTES
 
@@ -366,18 +366,23 @@ class TreeEntry:
 SYMLINK_MODE = 0o120000
 
 
-def build_lazy_snapshot(
-    tree_oid: str, entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
-) -> Snapshot | None:
-    """The snapshot of a commit, lazily: the same paths `build_snapshot` keeps, nothing on disk yet.
+@dataclass(frozen=True)
+class TreeListing:
+    """What a commit's snapshot keeps of its tree: the same paths `build_snapshot` would copy."""
+
+    files: Mapping[str, TreeFile]
+    dirs: frozenset[str]
+    refused: tuple[RefusedPath, ...]
+
+
+def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], *, max_file_bytes: int = MAX_FILE_BYTES) -> TreeListing | None:
+    """Judge a commit's `git ls-tree` entries like `build_snapshot` judges a copy (ignore rules, limits, odd paths).
 
     None when the commit has a symlink: where it lands is the filesystem's business, so such a
     commit is exported and copied by `build_snapshot`, which resolves links on disk.
     """
     if any(e.mode == SYMLINK_MODE for e in entries):
         return None
-    root = dest / "repo"
-    root.mkdir(parents=True)
     children: dict[str, list[TreeEntry]] = {}
     for entry in entries:
         children.setdefault(posixpath.dirname(entry.path), []).append(entry)
@@ -418,7 +423,22 @@ def build_lazy_snapshot(
                 files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
 
     walk("")
-    return Snapshot(root=root, refused=tuple(refused), tree=GitTree(tree_oid, files, dirs, read_blob, root))
+    return TreeListing(files, frozenset(dirs), tuple(refused))
+
+
+def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str], bytes], dest: Path) -> Snapshot:
+    """The snapshot of a commit, lazily: its listing, nothing on disk yet."""
+    root = dest / "repo"
+    root.mkdir(parents=True)
+    return Snapshot(root=root, refused=listing.refused, tree=GitTree(tree_oid, dict(listing.files), set(listing.dirs), read_blob, root))
+
+
+def build_lazy_snapshot(
+    tree_oid: str, entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
+) -> Snapshot | None:
+    """`list_commit` then `lazy_snapshot`: None when the commit has a symlink."""
+    listing = list_commit(entries, read_blob, max_file_bytes=max_file_bytes)
+    return None if listing is None else lazy_snapshot(tree_oid, listing, read_blob, dest)
 
 
 def _copy_symlink(

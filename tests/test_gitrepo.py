@@ -529,3 +529,39 @@ def test_a_missing_blob_is_an_input_error(example_commit: tuple[Path, str], tmp_
         loose.unlink()
         with pytest.raises(InputError, match=r"cannot be read .*shallow or partial clone"):
             snapshot.read_text("apps/kustomization.yaml")
+
+
+def test_a_tree_listed_before_is_read_from_the_cache(example_commit: tuple[Path, str], tmp_path: Path) -> None:
+    """The listing of a tree id is kept: the second snapshot of the commit takes it from the cache."""
+    import dataclasses
+
+    from bot.cache import BuildCache
+    from bot.snapshot import TreeListing
+
+    root, sha = example_commit
+    cache = BuildCache(tmp_path / "cache")
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "first", cache) as (_, first):
+        assert first.is_file("keep.md")
+    [entry] = list(cache.directory.rglob("*.pickle"))
+    listing = cache.get(entry.stem)
+    assert isinstance(listing, TreeListing) and listing.refused == first.refused
+    # Spoil the cached listing: a snapshot that obeys it did not list the tree again.
+    files = {path: f for path, f in listing.files.items() if path != "keep.md"}
+    cache.put(entry.stem, dataclasses.replace(listing, files=files))
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "second", cache) as (_, second):
+        assert not second.is_file("keep.md") and second.is_file("apps/kustomization.yaml")
+
+
+def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path: Path) -> None:
+    from bot.cache import BuildCache
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    os.symlink("../apps/whoami/whoami.yaml", root / "clusters/whoami-link.yaml")
+    sha = commit_all(repo, "link")
+    cache = BuildCache(tmp_path / "cache")
+    for attempt in ("listed", "cached"):
+        with gitrepo.commit_snapshot(root, sha, tmp_path / attempt, cache) as (_, snapshot):
+            assert snapshot.tree is None, attempt
+            assert snapshot.read_text("clusters/whoami-link.yaml") == (root / "apps/whoami/whoami.yaml").read_text()
