@@ -613,15 +613,14 @@ def _helm_release_matches(manifest_body: Mapping[str, Any], namespace: str, name
 class _Makers:
     """What the render applies that can make a CRD: Kustomizations, HelmReleases, operators' CRs (indexed once)."""
 
-    def __init__(self, render: ClusterRender) -> None:
-        self.tiers = set(render.tiers)
-        self.helm_releases: list[tuple[TierId, Any]] = []
+    def __init__(self, facts: Mapping[TierId, TierFacts]) -> None:
+        self.tiers = set(facts)
+        self.helm_releases: list[tuple[TierId, Any]] = [(tier, m) for tier, f in facts.items() for m in f.helm_releases]
         self.objects: dict[tuple[str, str, str], tuple[TierId, ObjectRef]] = {}
-        for tier, manifest in render.manifests():
-            ref = manifest.ref
-            if ref.group_kind == GroupKind("helm.toolkit.fluxcd.io", "HelmRelease"):
-                self.helm_releases.append((tier, manifest))
-            self.objects.setdefault((ref.group, ref.kind, ref.name), (tier, ref))
+        for tier, tier_facts in facts.items():
+            for stub in sorted((s for stubs in tier_facts.kinds.values() for s in stubs), key=lambda s: s.position):
+                ref = stub.ref
+                self.objects.setdefault((ref.group, ref.kind, ref.name), (tier, ref))
 
     def provider(self, crd: LiveCrd, origin: CrdOrigin) -> Provider | None:
         """A provider with a tier, when the render applies whatever made the live CRD."""
@@ -668,7 +667,7 @@ class LiveProviderIndex(ProviderIndex):
         self._learned: dict[GroupKind, list[Provider]] = {}
         self.used: dict[GroupKind, Provider] = {}  # kinds a check resolved through a learned provider
         live: dict[GroupKind, str] = {}
-        makers = _Makers(render)
+        makers = _Makers(self.facts)
         for crd in state.crds:
             gk = crd.group_kind
             if not crd.group or not crd.kind:

@@ -52,6 +52,7 @@ class ProviderIndex:
         self._live: dict[GroupKind, Provider] = {}
         if facts is None:
             facts = FactsStore(knowledge).of_render(render)
+        self.facts = facts
         oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
         for tier, tier_facts in facts.items():
             for defined, ref in tier_facts.crds:
