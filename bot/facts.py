@@ -8,8 +8,9 @@ body: a one-tier PR on a 20,000-object repository reads its 199 untouched tiers 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from bot.knowledge import KnowledgeBase
 from bot.model import GroupKind, Manifest, ObjectRef, SourceLocation, TierId

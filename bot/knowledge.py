@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
