@@ -221,7 +221,7 @@ class Renderer:
         jobs: int | None = None,
         timeout: float = 120.0,
         cache: BuildCache | None = None,
-        finish_memo: dict[str, tuple["RenderedTier", list[Finding]]] | None = None,
+        finish_memo: dict[str, Any] | None = None,
         prior: PriorBuilds | None = None,
     ) -> None:
         self.snapshot = snapshot
@@ -234,7 +234,8 @@ class Renderer:
         self.hasher = ContentHasher(snapshot)
         self.builds_run = 0
         # Shared by the base and head renderers of a review: a tier whose build and variables are the
-        # same on both sides is substituted and parsed once.
+        # same on both sides is substituted and parsed once (finish key → (tier, findings); the
+        # engine's FactsStore keeps its `facts-…` entries in the same dict).
         self.finish_memo = finish_memo
         self.prior = prior if prior is not None and not snapshot.has_symlinks else None
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
