@@ -18,7 +18,7 @@ from bot.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
 from bot.model import Finding, Severity, SourceLocation
 from bot.providers import ProviderIndex
-from bot.render import ClusterRender, PriorBuilds, Renderer
+from bot.render import ClusterRender, Renderer
 from bot.report import CheckReport, TierSummary
 from bot.snapshot import Snapshot, build_snapshot
 
@@ -75,7 +75,7 @@ def check_snapshot(
     With `live` (no change to review), every tier of the cluster must be ready on it: the merge
     preconditions of a change that could touch any of them.
     """
-    analysis = analyse(snapshot, cluster, binary, options, cache, live=live)
+    analysis = analyse(make_renderer(snapshot, binary, options, cache), cluster, live=live)
     if live is None:
         return analysis.report
     required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))
@@ -83,30 +83,32 @@ def check_snapshot(
     return build_report(analysis.render, analysis.graph, [*analysis.report.findings, *preconditions])
 
 
-def analyse(
+def make_renderer(
     snapshot: Snapshot,
-    cluster: str,
     binary: KustomizeBinary,
     options: CheckOptions,
     cache: BuildCache | None = None,
     finish_memo: dict | None = None,  # shared by both sides of a review: finished tiers and their facts
-    live: LiveState | None = None,
-    prior: PriorBuilds | None = None,
-) -> Analysis:
+) -> Renderer:
+    """The renderer of a snapshot, with the snapshot's `.fluxwarden.yaml`."""
+    config = load_repo_config(snapshot.read_text(CONFIG_FILE))
+    return Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo)
+
+
+def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> Analysis:
     """Render a cluster (and its siblings, for graph-drift) and run every check.
 
     With `live`, CRDs on the cluster are providers too (who made them decides their tier), and an
     info line says which providers came from the cluster.
     """
-    config = load_repo_config(snapshot.read_text(CONFIG_FILE))
+    snapshot, config, cache, binary = renderer.snapshot, renderer.config, renderer.cache, renderer.binary
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-    renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo, prior=prior)
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code and this kustomize say so. Not with a live state, which changes between runs.
     key = _findings_key(snapshot, cluster, binary) if cache is not None and live is None else None
     findings = cache.get(key) if cache is not None and key is not None else None
-    facts = FactsStore(knowledge, cache, finish_memo)
+    facts = FactsStore(knowledge, cache, renderer.finish_memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of if findings is None else None)
     graph = TierGraph(t.spec for t in render.tiers.values())

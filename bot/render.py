@@ -14,10 +14,10 @@ import posixpath
 import queue
 import re
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import yaml
 
@@ -186,18 +186,29 @@ class PriorBuilds:
     renderer: "Renderer"
     changed: frozenset[str]
 
+    def _touches_everything(self) -> bool:
+        if self.renderer.snapshot.has_symlinks or CONFIG_FILE in self.changed:
+            return True
+        return any(posixpath.basename(p) == ".sourceignore" for p in self.changed)  # it can hide or reveal files anywhere below it
+
     def reusable(self, key: str) -> RawTier | None:
         """The other side's build for this build key, when no changed path can have altered it."""
-        if self.renderer.snapshot.has_symlinks or CONFIG_FILE in self.changed:
+        if self._touches_everything():
             return None
-        if any(posixpath.basename(p) == ".sourceignore" for p in self.changed):
-            return None  # it can hide or reveal files anywhere below it
         raw = self.renderer.built(key)
         if raw is None or raw.failed or not raw.inputs:
             return None
         # A tier's inputs are the files it reads and the directories it reads or lists: a change to a
         # file in one of them, or anywhere below a generated one, has one of them as path or ancestor.
         return None if raw.inputs & _with_ancestors(self.changed) else raw
+
+    def touched(self) -> list[TierSpec]:
+        """The other side's tiers whose inputs a changed path touches, known before it renders when its
+        commit was seen before (from its tree memo): the builds a review will need on this side."""
+        if self._touches_everything():
+            return []
+        changed = _with_ancestors(self.changed)
+        return [b.spec for b in self.renderer.tree_builds() if b.inputs & changed]
 
 
 def _with_ancestors(paths: frozenset[str]) -> set[str]:
@@ -207,6 +218,14 @@ def _with_ancestors(paths: frozenset[str]) -> set[str]:
             out.add(path)
             path = posixpath.dirname(path)
     return out
+
+
+class TreeBuild(NamedTuple):
+    """What a commit's tree memo keeps of one build: what it read, its cache key, a spec that makes it."""
+
+    inputs: frozenset[str]
+    cache_key: str
+    spec: TierSpec
 
 
 class Renderer:
@@ -222,7 +241,6 @@ class Renderer:
         timeout: float = 120.0,
         cache: BuildCache | None = None,
         finish_memo: dict[str, Any] | None = None,
-        prior: PriorBuilds | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.config = config
@@ -237,7 +255,7 @@ class Renderer:
         # same on both sides is substituted and parsed once (finish key → (tier, findings); the
         # engine's FactsStore keeps its `facts-…` entries in the same dict).
         self.finish_memo = finish_memo
-        self.prior = prior if prior is not None and not snapshot.has_symlinks else None
+        self.prior: PriorBuilds | None = None  # see `reuse`
         self._work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self._counter = itertools.count(1)
         self._locations: dict[str, tuple[list, dict[tuple[str, str], int]]] = {}  # file → (document heads, line by kind and name)
@@ -247,7 +265,8 @@ class Renderer:
         # A commit's tiers, by build key → (inputs, cache key): a commit seen before skips reading its
         # kustomization files and hashing inputs (the tree id says the content is the same).
         self._tree_key: str | None = None
-        self._tree_builds: dict[str, tuple[frozenset[str], str]] = {}
+        self._tree_builds: dict[str, TreeBuild] = {}
+        self._ahead: dict[str, Future[RawTier]] = {}  # builds started before the render asks (`build_ahead`)
         self._tree_dirty = False
         if cache is not None and snapshot.tree is not None:
             self._tree_key = "tree-" + versioned_key(binary.version, snapshot.tree.oid)
@@ -260,10 +279,44 @@ class Renderer:
         hit = self._known_build(spec)
         if hit is not None:
             return hit
-        raw = self._build_tier(spec)
+        key = _build_key(spec)
         with self._builds_lock:
-            raw = self._builds.setdefault(_build_key(spec), raw)
+            ahead = self._ahead.pop(key, None)
+        raw = ahead.result() if ahead is not None else None
+        if raw is None or raw.failed:  # a failure built for another spec would point at that spec: build again
+            raw = self._build_tier(spec)
+        with self._builds_lock:
+            raw = self._builds.setdefault(key, raw)
         return _for_spec(raw, spec)
+
+    def build_ahead(self, specs: Sequence[TierSpec]) -> None:
+        """Start building these tiers now, in the background (at most one per job); `build_tier` takes the results.
+
+        A review starts the head's builds of the tiers its change touches before the base renders.
+        """
+        if not specs:
+            return
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="ahead")
+        for spec in specs[: self.jobs]:
+            self._ahead.setdefault(_build_key(spec), pool.submit(self._build_tier, spec))
+        pool.shutdown(wait=False)  # its threads end with these builds
+
+    def settle(self) -> None:
+        """Cancel the builds started ahead that nobody took, and wait for the running ones (before the work dir goes)."""
+        with self._builds_lock:
+            ahead, self._ahead = list(self._ahead.values()), {}
+        for future in ahead:
+            future.cancel()
+        wait(ahead)
+
+    def reuse(self, prior: PriorBuilds) -> None:
+        """Take the other side's builds of tiers no changed path touches (see PriorBuilds)."""
+        self.prior = prior if not self.snapshot.has_symlinks else None
+
+    def tree_builds(self) -> list[TreeBuild]:
+        """This commit's builds as its tree memo knows them (empty for a working tree or a commit not seen before)."""
+        with self._builds_lock:
+            return list(self._tree_builds.values())
 
     def _known_build(self, spec: TierSpec) -> RawTier | None:
         """This renderer's build for the spec's build key, or the other side's when it is reusable (no I/O)."""
@@ -297,7 +350,7 @@ class Renderer:
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
         known = self._tree_builds.get(_build_key(spec))
-        cached = self._cached_build(spec, *known) if known is not None else None
+        cached = self._cached_build(spec, known.inputs, known.cache_key) if known is not None else None
         if cached is not None:
             return cached
         dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
@@ -353,7 +406,7 @@ class Renderer:
     def _record_tree_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> None:
         if self._tree_key is not None:
             with self._builds_lock:
-                self._tree_builds[_build_key(spec)] = (inputs, cache_key)
+                self._tree_builds[_build_key(spec)] = TreeBuild(inputs, cache_key, spec)
                 self._tree_dirty = True
 
     def _save_tree_builds(self) -> None:

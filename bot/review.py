@@ -12,12 +12,12 @@ from pathlib import Path
 from bot import gitrepo
 from bot.cache import BuildCache
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
-from bot.engine import Analysis, CheckOptions, analyse, build_report
+from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer
 from bot.errors import UserError
 from bot.kustomize import locate_kustomize, remember_version
 from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.model import Finding, Severity, TierId
-from bot.render import PriorBuilds
+from bot.render import PriorBuilds, Renderer
 from bot.report import CheckReport
 from bot.snapshot import build_snapshot
 
@@ -125,15 +125,25 @@ def review_repository(
             head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
         else:
             head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head", cache))
+        head_renderer = make_renderer(head_snapshot, binary, options, cache, memo)
+        stack.callback(head_renderer.settle)  # before the work dir goes
         try:
-            base_side: Analysis | None = analyse(base_snapshot, cluster, binary, options, cache, memo, live=live)
+            base_renderer: Renderer | None = make_renderer(base_snapshot, binary, options, cache, memo)
         except UserError:
-            base_side = None  # the cluster is new in this change
+            base_renderer = None  # a .fluxwarden.yaml the base cannot read: judged as a new cluster
         # Tiers no changed path touches reuse the base's builds (affected-only rendering). Only for a
         # committed head: a working tree also holds git-ignored files that no diff lists (the
         # content-keyed cache still serves it).
-        prior = PriorBuilds(base_side.renderer, changed) if base_side is not None and head_snapshot.tree is not None else None
-        head_side = analyse(head_snapshot, cluster, binary, options, cache, memo, live=live, prior=prior)
+        prior = PriorBuilds(base_renderer, changed) if base_renderer is not None and head_snapshot.tree is not None else None
+        if prior is not None:
+            head_renderer.build_ahead(prior.touched())  # the touched tiers build while the base renders
+        try:
+            base_side: Analysis | None = analyse(base_renderer, cluster, live=live) if base_renderer is not None else None
+        except UserError:
+            base_side = None  # the cluster is new in this change
+        if prior is not None and base_side is not None:
+            head_renderer.reuse(prior)
+        head_side = analyse(head_renderer, cluster, live=live)
         return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
 
 

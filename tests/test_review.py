@@ -183,3 +183,34 @@ def test_an_object_left_in_an_unchanged_tier_is_a_move_there(tmp_path: Path) -> 
     [change] = [c for t in review.diff.tiers for c in t.changes]
     assert (change.kind, change.ref.name, change.from_tier, change.tier) == (
         ChangeKind.MOVED, "shared", TierId("flux-system", "apps-vms"), TierId("flux-system", "apps"))
+
+
+def test_the_touched_tier_is_built_ahead_once_and_reviewed_as_without_a_cache(tmp_path: Path) -> None:
+    """With the base's commit seen before, the head's touched tier builds while the base renders: one build, same review."""
+    root = tmp_path / "repo"
+    base = init_repo(root, EXAMPLE).head.commit.hexsha
+    cache = tmp_path / "cache"
+    review_repository(root, "prod", base, base, cache_dir=cache)  # the base is known from now on
+    head = _commit_edit(root, "apps/whoami/whoami.yaml", "replicas: 2", "replicas: 3")
+    warm = review_repository(root, "prod", base, head, cache_dir=cache)
+    cold = review_repository(root, "prod", base, head)
+    assert warm.kustomize_builds == 1
+    assert warm.diff == cold.diff and warm.findings == cold.findings and warm.head == cold.head
+
+
+def test_a_tier_broken_by_the_change_is_reported_against_the_head_spec(tmp_path: Path) -> None:
+    """A build started ahead with the base's spec that fails is built again for the head's own spec."""
+    root = tmp_path / "repo"
+    base = init_repo(root, EXAMPLE).head.commit.hexsha
+    cache = tmp_path / "cache"
+    review_repository(root, "prod", base, base, cache_dir=cache)
+    (root / "apps/whoami/whoami.yaml").write_text((root / "apps/whoami/whoami.yaml").read_text().replace("replicas: 2", "replicas: [2"))
+    # The head also moves the apps Kustomization down its file: a location from the base's spec would show.
+    kustomization = root / "clusters/base/apps.yaml"
+    kustomization.write_text("# moved\n# down\n" + kustomization.read_text())
+    head = commit_all(git.Repo(root), "break apps")
+    warm = review_repository(root, "prod", base, head, cache_dir=cache)
+    cold = review_repository(root, "prod", base, head)
+    failed = [r.finding for r in warm.findings if r.finding.check == "render-failed"]
+    assert failed and failed == [r.finding for r in cold.findings if r.finding.check == "render-failed"]
+    assert all(f.kustomization == TierId("flux-system", "apps") for f in failed)
