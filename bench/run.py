@@ -271,7 +271,7 @@ def measure_kustomize_sum(bench: Bench) -> list[Row]:
 
 
 def measure_one_tier_floor(bench: Bench) -> list[Row]:
-    """(c) raw floor for a one-tier PR: kustomize on the tier at base and at head, plus the cluster entry."""
+    """(c) raw floor for a one-tier PR: kustomize on the tier at base and at head; the cluster entry apart."""
     raw = bench.raw_tree
     tier = bench.repo.tiers[bench.touch_index]
     best = lambda directory: min(kustomize_seconds(bench, directory) for _ in range(bench.repeat))  # noqa: E731
@@ -279,11 +279,11 @@ def measure_one_tier_floor(bench: Bench) -> list[Row]:
     entry = best(raw / "clusters" / bench.cluster)
     touched = touch_one_tier(raw, bench.touch_index)
     head = best(raw / "tiers" / touched)
-    floor = base + head + entry
-    bench.results["one_tier_floor"] = floor
-    bench.results["touched_tier"] = touched
+    bench.results["one_tier_floor"] = base + head
+    bench.results["entry_render"] = entry
     return [
-        Row("(c)", "one-tier PR raw floor (kustomize only)", _s(floor), f"{touched}: base {_s(base)} + head {_s(head)} + entry clusters/{bench.cluster} {_s(entry)}"),
+        Row("(c)", "one-tier PR raw floor (kustomize only)", _s(base + head), f"{touched}: base {_s(base)} + head {_s(head)}"),
+        Row("(c)", "cluster entry render (kustomize only)", _s(entry), f"clusters/{bench.cluster} (its ConfigMap patch loads kustomize's OpenAPI schema)"),
     ]
 
 
@@ -306,20 +306,33 @@ def measure_warm_base(bench: Bench) -> list[Row]:
     shutil.copytree(bench.repo.root, clone, symlinks=True)
     cache = bench.work / "cache"
     prime = _run_cli(bench, clone, "--base", "HEAD", "--cache-dir", cache)
-    tier = touch_one_tier(clone, bench.touch_index, commit=True)
-    result = bench.work / "warm-review.json"
-    warm = _run_cli(bench, clone, "--base", "HEAD~1", "--head", "HEAD", "--cache-dir", cache, output=result)
+    primed = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True).stdout.strip()
+    runs = []
+    for attempt in range(bench.repeat):
+        # Each attempt is a new head on the primed base (one more bump each time): never a commit the cache has seen.
+        subprocess.run(["git", "reset", "-q", "--hard", primed], cwd=clone, check=True)
+        for _ in range(attempt):
+            touch_one_tier(clone, bench.touch_index)
+        tier = touch_one_tier(clone, bench.touch_index, commit=True)
+        result = bench.work / f"warm-review-{attempt}.json"
+        runs.append((_run_cli(bench, clone, "--base", "HEAD~1", "--head", "HEAD", "--cache-dir", cache, output=result), result))
+    warm, result = min(runs, key=lambda r: r[0]["wall"])
     review = json.loads(result.read_text(encoding="utf-8"))
     bench.results["warm_base"] = warm["wall"]
-    floor = bench.results.get("one_tier_floor")
-    versus = f"; {warm['wall'] / floor:.2f}x the raw floor" if floor else ""
+    floor, entry = bench.results.get("one_tier_floor"), bench.results.get("entry_render")
+    versus = ""
+    if floor and entry:
+        target = 2 * floor + entry
+        verdict = "met" if warm["wall"] <= target else "NOT met"
+        versus = f"; target 2 x floor + entry = {_s(target)} ({verdict}); {warm['wall'] / (floor + entry):.2f}x floor + entry"
+    spread = f"; median of {len(runs)} {_s(statistics.median(r[0]['wall'] for r in runs))}" if len(runs) > 1 else ""
     return [
         Row("(c)", "check --base, empty cache, no change", _s(prime["wall"]), "fills the cache (renders base and head)"),
         Row(
             "(c)",
             "warm check --base, one-tier PR",
             _s(warm["wall"]),
-            f"{tier}: exit {warm['rc']}, changed tiers {review.get('changedTiers')}, {len(review.get('changes', []))} object change(s){versus}",
+            f"{tier}: exit {warm['rc']}, changed tiers {review.get('changedTiers')}, {len(review.get('changes', []))} object change(s){versus}{spread}",
         ),
         Row("(d)", "peak RSS, warm check --base tree", _mib(warm["maxrss_kib"]), "RUSAGE_CHILDREN ru_maxrss: largest single process"),
     ]
