@@ -221,11 +221,13 @@ def _with_ancestors(paths: frozenset[str]) -> set[str]:
 
 
 class TreeBuild(NamedTuple):
-    """What a commit's tree memo keeps of one build: what it read, its cache key, a spec that makes it."""
+    """What a commit's tree memo keeps of one build: what it read, its cache key, a spec that makes it,
+    and where its ConfigMaps and Secrets are (see `RawTier.config_objects`)."""
 
     inputs: frozenset[str]
     cache_key: str
     spec: TierSpec
+    config_index: Mapping[tuple[str, str, str], int]
 
 
 class Renderer:
@@ -331,9 +333,18 @@ class Renderer:
         return _for_spec(hit, spec) if hit is not None else None
 
     def built(self, key: str) -> RawTier | None:
-        """The build this renderer made for a build key (see `_build_key`), if any."""
+        """This commit's build for a build key (see `_build_key`): made by this renderer, or in its tree memo."""
         with self._builds_lock:
-            return self._builds.get(key)
+            raw = self._builds.get(key)
+        return raw if raw is not None else self._tree_build(key)
+
+    def _tree_build(self, key: str) -> RawTier | None:
+        """The build the tree memo records for a build key, its documents left in the cache until needed."""
+        known = self._tree_builds.get(key)
+        if known is None or self.cache is None or not self.cache.contains(known.cache_key):
+            return None
+        documents = CachedDocuments(self.cache, known.cache_key)
+        return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, config_index=known.config_index)
 
     def _build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
@@ -349,10 +360,9 @@ class Renderer:
                 # write_overlay joins it as written: an absolute path would load a host directory.
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
             components.append(normal)
-        known = self._tree_builds.get(_build_key(spec))
-        cached = self._cached_build(spec, known.inputs, known.cache_key) if known is not None else None
-        if cached is not None:
-            return cached
+        known = self._tree_build(_build_key(spec))
+        if known is not None:
+            return _for_spec(known, spec)
         dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
         self.index.ensure_kustomization(spec.path)
         inputs = frozenset(dirs | files)
@@ -364,7 +374,7 @@ class Renderer:
             cached = self._cached_build(spec, inputs, cache_key)
             if cached is not None:
                 # Only a build that passed every check below is cached: this content was checked already.
-                self._record_tree_build(spec, inputs, cache_key)
+                self._record_tree_build(cached)
                 return cached
         problems += self.index.alias_problems(files)
         if problems or refused:
@@ -389,12 +399,13 @@ class Renderer:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         with self._builds_lock:  # worker threads count concurrently
             self.builds_run += 1
+        raw = RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, config_index=_config_index(documents))
         if cache_key is not None:
-            self.cache.put(cache_key, tuple(documents))
+            self.cache.put(cache_key, raw.documents)
             # Written last: its presence says the build entry is complete.
-            self.cache.put(cache_key + "-sources", _config_index(documents))
-            self._record_tree_build(spec, inputs, cache_key)
-        return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key)
+            self.cache.put(cache_key + "-sources", raw.config_objects)
+            self._record_tree_build(raw)
+        return raw
 
     def _cached_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> RawTier | None:
         """The cached build under `cache_key`; its documents are unpickled only when a tier needs them."""
@@ -403,10 +414,10 @@ class Renderer:
             return None
         return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_index=sources)
 
-    def _record_tree_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> None:
-        if self._tree_key is not None:
+    def _record_tree_build(self, raw: RawTier) -> None:
+        if self._tree_key is not None and raw.content_key is not None:
             with self._builds_lock:
-                self._tree_builds[_build_key(spec)] = TreeBuild(inputs, cache_key, spec)
+                self._tree_builds[_build_key(raw.spec)] = TreeBuild(raw.inputs, raw.content_key, raw.spec, raw.config_objects)
                 self._tree_dirty = True
 
     def _save_tree_builds(self) -> None:
@@ -483,8 +494,15 @@ class Renderer:
         `graph_only` keeps only the Flux Kustomizations of each tier (enough for another cluster's graph).
         `on_finished` is called with each finished tier while other tiers may still be building.
         """
+        render_key = None
+        if self.cache is not None and self.snapshot.tree is not None:
+            render_key = "render-" + versioned_key(self.binary.version, self.snapshot.tree.oid, cluster, entry, graph_only)
+            remembered = self._remembered_render(render_key, cluster, entry)
+            if remembered is not None:
+                return remembered
         findings: list[Finding] = []
         tiers: dict[TierId, RenderedTier] = {}
+        finish_findings: dict[TierId, list[Finding]] = {}
         built: dict[TierId, RawTier] = {}
         objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
         entry_spec = entry_tier(entry)
@@ -528,6 +546,7 @@ class Renderer:
                     del built[tid]
                     rendered, tier_findings = self._finish(raw, objects, graph_only)
                     tiers[tid] = rendered
+                    finish_findings[tid] = tier_findings
                     if on_finished is not None:
                         on_finished(rendered)
                     findings.extend(tier_findings)
@@ -551,7 +570,39 @@ class Renderer:
                                 )
                             )
         self._save_tree_builds()
+        if render_key is not None and not any(t.failed for t in tiers.values()):  # a failure may be a timeout
+            self._remember_render(render_key, tiers, finish_findings, findings)
         return ClusterRender(cluster, entry, tiers, tuple(findings), self.snapshot)
+
+    def _remember_render(
+        self, key: str, tiers: Mapping[TierId, RenderedTier], finish_findings: Mapping[TierId, list[Finding]], findings: list[Finding]
+    ) -> None:
+        """Keep a commit's cluster render as one entry: each tier's summary (its objects stay in their own entries)."""
+        assert self.cache is not None
+        summaries = [
+            (tid, replace(t, manifests=()), len(t.manifests), tuple(t.flux_kustomizations()), list(finish_findings.get(tid, ())))
+            for tid, t in tiers.items()
+        ]
+        self.cache.put(key, (summaries, tuple(findings)))
+
+    def _remembered_render(self, key: str, cluster: str, entry: str) -> ClusterRender | None:
+        """A commit's cluster render seen before: one entry instead of a pass over every tier (objects loaded on use)."""
+        assert self.cache is not None
+        stored = self.cache.get(key)
+        if stored is None:
+            return None
+        summaries, findings = stored
+        if not all(self.cache.contains(f"finished-{t.finish_key}-objects") for _, t, *_ in summaries if t.finish_key):
+            return None
+        tiers: dict[TierId, RenderedTier] = {}
+        for tid, summary, count, kustomizations, tier_findings in summaries:
+            tier = summary
+            if summary.finish_key is not None:
+                tier = replace(summary, manifests=StoredManifests(self.cache, summary.finish_key, count, kustomizations))
+                if self.finish_memo is not None:  # the other side of a review finishes its equal tiers from here
+                    self.finish_memo.setdefault(summary.finish_key, (tier, tier_findings))
+            tiers[tid] = tier
+        return ClusterRender(cluster, entry, tiers, findings, self.snapshot)
 
     def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
         specs = []

@@ -565,3 +565,26 @@ def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path:
         with gitrepo.commit_snapshot(root, sha, tmp_path / attempt, cache) as (_, snapshot):
             assert snapshot.tree is None, attempt
             assert snapshot.read_text("clusters/whoami-link.yaml") == (root / "apps/whoami/whoami.yaml").read_text()
+
+
+def test_a_commit_rendered_before_is_one_cache_entry(example_commit: tuple[Path, str], tmp_path: Path) -> None:
+    """A commit's cluster render is kept whole: with every build and summary entry gone, it still renders, unbuilt."""
+    from bot.cache import BuildCache
+    from bot.engine import CheckOptions, analyse, make_renderer
+    from bot.kustomize import locate_kustomize
+
+    root, sha = example_commit
+    cache_dir = tmp_path / "cache"
+    binary = locate_kustomize()
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "first") as (_, snapshot):
+        first = analyse(make_renderer(snapshot, binary, CheckOptions(), BuildCache(cache_dir)), "prod")
+    kept = ("render-", "tree-", "findings")
+    for path in cache_dir.rglob("*.pickle"):
+        if not path.stem.startswith(kept) and not path.stem.endswith("-objects"):
+            path.unlink()
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "again") as (_, snapshot):
+        again = analyse(make_renderer(snapshot, binary, CheckOptions(), BuildCache(cache_dir)), "prod")
+    assert again.renderer.builds_run == 0
+    assert again.report == first.report
+    assert [(t, len(r.manifests), r.inputs) for t, r in again.render.tiers.items()] == [(t, len(r.manifests), r.inputs) for t, r in first.render.tiers.items()]
+    assert [m.ref for m in again.render.tiers[next(iter(again.render.tiers))].manifests] == [m.ref for m in first.render.tiers[next(iter(first.render.tiers))].manifests]
