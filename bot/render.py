@@ -71,7 +71,7 @@ class CachedDocuments(Sequence[RawDocument]):
         if self._docs is None:
             loaded = self._cache.get(self._key)
             if loaded is None:  # removed between the lookup and now: forget the entry, the next run rebuilds it
-                self._cache.discard(self._key + "-sources")
+                self._cache.discard(self._key + "-index")
                 raise InputError("a cached build disappeared while it was in use; run again")
             self._docs = tuple(loaded)
         return self._docs
@@ -112,6 +112,27 @@ class StoredManifests(Sequence[Manifest]):
         return iter(self._load())
 
 
+class DocumentIndex(NamedTuple):
+    """Positions in a build's documents: ConfigMaps and Secrets by (kind, namespace, name), first wins;
+    Flux Kustomizations (what a graph-only render keeps)."""
+
+    config: Mapping[tuple[str, str, str], int]
+    kustomizations: tuple[int, ...]
+
+    @classmethod
+    def of(cls, documents: Sequence[RawDocument]) -> "DocumentIndex":
+        config: dict[tuple[str, str, str], int] = {}
+        kustomizations = []
+        for position, doc in enumerate(documents):
+            if doc.body is not None and _CONFIG_KIND.search(doc.text):
+                ref = _ref(doc.body)
+                if ref and ref.kind in ("ConfigMap", "Secret"):
+                    config.setdefault((ref.kind, ref.namespace, ref.name), position)
+            if _FLUX_KUSTOMIZATION.search(doc.text):
+                kustomizations.append(position)
+        return cls(config, tuple(kustomizations))
+
+
 @dataclass(frozen=True)
 class RawTier:
     """kustomize's output for one tier, or why there is none."""
@@ -122,18 +143,14 @@ class RawTier:
     findings: tuple[Finding, ...] = ()
     failed: bool = False
     content_key: str | None = None  # the build cache key: equal keys, equal output
-    config_index: Mapping[tuple[str, str, str], int] | None = None  # see `config_objects`; None: read the documents
+    index: DocumentIndex | None = None  # see `document_index`; None: read the documents
 
     @property
-    def config_objects(self) -> Mapping[tuple[str, str, str], int]:
-        """Its ConfigMaps and Secrets (substitution sources): (kind, namespace, name) → index in `documents`.
-
-        Known for a cached build without unpickling its documents: only a tier's actual
-        substituteFrom sources are read.
-        """
-        if self.config_index is not None:
-            return self.config_index
-        return _config_index(self.documents)
+    def document_index(self) -> DocumentIndex:
+        """Where its ConfigMaps, Secrets and Flux Kustomizations are, known for a cached build without
+        unpickling its documents: only a tier's actual substituteFrom sources are read, and a graph-only
+        render skips builds with no Kustomization."""
+        return self.index if self.index is not None else DocumentIndex.of(self.documents)
 
 
 # (kind, namespace, name) → (documents of the build that has it, index there): looked up lazily.
@@ -222,12 +239,12 @@ def _with_ancestors(paths: frozenset[str]) -> set[str]:
 
 class TreeBuild(NamedTuple):
     """What a commit's tree memo keeps of one build: what it read, its cache key, a spec that makes it,
-    and where its ConfigMaps and Secrets are (see `RawTier.config_objects`)."""
+    and its document index (see `RawTier.document_index`)."""
 
     inputs: frozenset[str]
     cache_key: str
     spec: TierSpec
-    config_index: Mapping[tuple[str, str, str], int]
+    index: DocumentIndex
 
 
 class Renderer:
@@ -344,7 +361,7 @@ class Renderer:
         if known is None or self.cache is None or not self.cache.contains(known.cache_key):
             return None
         documents = CachedDocuments(self.cache, known.cache_key)
-        return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, config_index=known.config_index)
+        return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, index=known.index)
 
     def _build_tier(self, spec: TierSpec) -> RawTier:
         """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
@@ -399,25 +416,25 @@ class Renderer:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         with self._builds_lock:  # worker threads count concurrently
             self.builds_run += 1
-        raw = RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, config_index=_config_index(documents))
+        raw = RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, index=DocumentIndex.of(documents))
         if cache_key is not None:
             self.cache.put(cache_key, raw.documents)
             # Written last: its presence says the build entry is complete.
-            self.cache.put(cache_key + "-sources", raw.config_objects)
+            self.cache.put(cache_key + "-index", raw.document_index)
             self._record_tree_build(raw)
         return raw
 
     def _cached_build(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> RawTier | None:
         """The cached build under `cache_key`; its documents are unpickled only when a tier needs them."""
-        sources = self.cache.get(cache_key + "-sources") if self.cache is not None else None
-        if sources is None or not self.cache.contains(cache_key):
+        index = self.cache.get(cache_key + "-index") if self.cache is not None else None
+        if not isinstance(index, DocumentIndex) or not self.cache.contains(cache_key):
             return None
-        return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, config_index=sources)
+        return RawTier(spec, documents=CachedDocuments(self.cache, cache_key), inputs=inputs, content_key=cache_key, index=index)
 
     def _record_tree_build(self, raw: RawTier) -> None:
         if self._tree_key is not None and raw.content_key is not None:
             with self._builds_lock:
-                self._tree_builds[_build_key(raw.spec)] = TreeBuild(raw.inputs, raw.content_key, raw.spec, raw.config_objects)
+                self._tree_builds[_build_key(raw.spec)] = TreeBuild(raw.inputs, raw.content_key, raw.spec, raw.document_index)
                 self._tree_dirty = True
 
     def _save_tree_builds(self) -> None:
@@ -537,7 +554,7 @@ class Renderer:
                     raw = future.result()
                     built[raw.spec.id] = raw
                     findings.extend(raw.findings)
-                    for key, position in raw.config_objects.items():
+                    for key, position in raw.document_index.config.items():
                         objects.setdefault(key, (raw.documents, position))
                 for tid in list(built):
                     raw = built[tid]
@@ -628,7 +645,9 @@ class Renderer:
         if raw.failed and not raw.documents:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), findings
         variables, secret_names, open_set = self._variables(spec, objects, findings)
-        finish_key = self._finish_key(raw, variables, secret_names, open_set, graph_only)
+        # A graph needs a build's Flux Kustomizations only: without one there is nothing to finish, or to cache.
+        kustomizations = raw.document_index.kustomizations if graph_only else ()
+        finish_key = None if graph_only and not kustomizations else self._finish_key(raw, variables, secret_names, open_set, graph_only)
         remembered = self._remembered(finish_key)
         if remembered is not None:
             rendered, memo_findings = remembered
@@ -644,7 +663,7 @@ class Renderer:
         manifests: list[Manifest] = []
         undefined: dict[str, list[Manifest]] = {}
         failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux
-        documents = [d for d in raw.documents if _FLUX_KUSTOMIZATION.search(d.text)] if graph_only else raw.documents
+        documents = [raw.documents[i] for i in kustomizations] if graph_only else raw.documents
         prepared = self._prepare(documents, substituting, masked, spec, findings)
         candidates: list[int] = []
         for doc, prepared_doc in zip(documents, prepared):
@@ -899,17 +918,6 @@ def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:
     if raw.spec == spec:
         return raw
     return replace(raw, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in raw.findings))
-
-
-def _config_index(documents: Sequence[RawDocument]) -> dict[tuple[str, str, str], int]:
-    """(kind, namespace, name) → index of each ConfigMap and Secret among kustomize's documents (first wins)."""
-    index: dict[tuple[str, str, str], int] = {}
-    for position, doc in enumerate(documents):
-        if doc.body is not None and _CONFIG_KIND.search(doc.text):
-            ref = _ref(doc.body)
-            if ref and ref.kind in ("ConfigMap", "Secret"):
-                index.setdefault((ref.kind, ref.namespace, ref.name), position)
-    return index
 
 
 def _sources_present(spec: TierSpec, objects: SourceIndex) -> bool:

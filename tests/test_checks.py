@@ -443,6 +443,12 @@ DRIFT_CASES = [
         clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, _AB),
         set(), None, id="neg-identical",
     ),
+    pytest.param(
+        # A Kustomization applied by a tier, not by the entry: the other cluster's graph must find it too.
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": ks("a", "./a2"), "b": ks("b", "./b")},
+                 {"a": [ks("c", "./b")], "a2": [ks("c", "./b", depends_on=["b"])], "b": [cm("b")]}),
+        {("graph-drift", None)}, "flux-system/c dependsOn flux-system/b only in prod", id="nested-edge",
+    ),
 ]
 
 
@@ -531,7 +537,7 @@ def test_no_false_alarms(tmp_path, files):
     assert [(f.check, str(f.kustomization), f.message) for f in report.findings] == []
 
 
-CACHED_CASES = [pytest.param(case.values[0], id=case.id) for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES)]
+CACHED_CASES = [pytest.param(case.values[0], id=case.id) for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES, *DRIFT_CASES)]
 
 
 @pytest.mark.parametrize("files", CACHED_CASES)
