@@ -17,7 +17,7 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import yaml
 
@@ -31,6 +31,9 @@ from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
 from bot.yamlio import FastSafeLoader, check_aliases, document_heads, split_documents
+
+if TYPE_CHECKING:
+    from bot.facts import ObjectStub
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
@@ -479,8 +482,8 @@ class Renderer:
         text = " ".join(lines[:6])
         return text if len(text) <= 800 else text[:797] + "..."
 
-    def locate(self, manifest: Manifest) -> SourceLocation | None:
-        """The `file:line` of the document that produced `manifest` (found on demand)."""
+    def locate(self, manifest: Manifest | ObjectStub) -> SourceLocation | None:
+        """The `file:line` of the document that produced an object (found on demand)."""
         origin = manifest.origin
         if origin is None or origin.line is not None:
             return origin
