@@ -433,14 +433,6 @@ def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str]
     return Snapshot(root=root, refused=listing.refused, tree=GitTree(tree_oid, dict(listing.files), set(listing.dirs), read_blob, root))
 
 
-def build_lazy_snapshot(
-    tree_oid: str, entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES
-) -> Snapshot | None:
-    """`list_commit` then `lazy_snapshot`: None when the commit has a symlink."""
-    listing = list_commit(entries, read_blob, max_file_bytes=max_file_bytes)
-    return None if listing is None else lazy_snapshot(tree_oid, listing, read_blob, dest)
-
-
 def _copy_symlink(
     source: Path,
     root: Path,

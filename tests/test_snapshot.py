@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.generate import KustomizationIndex
-from bot.snapshot import IgnoreRules, Snapshot, TreeEntry, build_lazy_snapshot, build_snapshot, normalise_repo_path
+from bot.snapshot import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit, normalise_repo_path
 from tests.fluxrepo import write_tree
 
 FILES = {
@@ -232,7 +232,13 @@ def test_to_repo_path(tmp_path: Path, rel: str, expected: str | None) -> None:
     assert snap.to_repo_path(os.path.normpath(snap.root / rel)) == expected
 
 
-# --- build_lazy_snapshot: a commit's listing, judged like a copy ------------------------------------------------
+# --- list_commit + lazy_snapshot: a commit's listing, judged like a copy ------------------------------------------
+
+
+def build_lazy_snapshot(tree_oid: str, entries: list[TreeEntry], read_blob, dest: Path) -> Snapshot | None:  # noqa: ANN001
+    """What `gitrepo.commit_snapshot` does with a listing: None when the commit has a symlink."""
+    listing = list_commit(entries, read_blob)
+    return None if listing is None else lazy_snapshot(tree_oid, listing, read_blob, dest)
 
 def _blob(path: str, oid: str, size: int = 10, mode: int = 0o100644) -> TreeEntry:
     return TreeEntry(mode, "blob", oid, size, path)
