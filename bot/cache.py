@@ -13,6 +13,7 @@ import os
 import pickle
 import tempfile
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -35,6 +36,38 @@ def code_fingerprint() -> str:
 def versioned_key(*parts: Any) -> str:
     """A cache key over JSON-able parts and this engine's code."""
     return hashlib.sha256(json.dumps([code_fingerprint(), *parts], default=str).encode()).hexdigest()
+
+
+PRUNE_GRACE_SECONDS = 3600.0
+PRUNE_EVERY_SECONDS = 600.0
+DEFAULT_MAX_BYTES = 2 * 1024**3
+
+
+def cache_budget() -> int:
+    """How many bytes the build cache may hold: `$FLUXWARDEN_CACHE_MAX_BYTES`, else 2 GiB."""
+    try:
+        return max(0, int(os.environ.get("FLUXWARDEN_CACHE_MAX_BYTES", "")))
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+def _mark_used(path: Path) -> bool:
+    """Whether `path` exists; its mtime becomes now, so pruning removes the least recently used first."""
+    try:
+        os.utime(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError:  # e.g. a read-only cache: still there, just not marked
+        return path.is_file()
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def default_cache_dir() -> Path:
@@ -90,18 +123,74 @@ class BuildCache:
         return self.directory / key[:2] / f"{key}.pickle"
 
     def get(self, key: str) -> Any | None:
+        path = self._path(key)
         try:
-            with self._path(key).open("rb") as handle:
+            with path.open("rb") as handle:
                 value = pickle.load(handle)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
             self.misses += 1
             return None
+        _mark_used(path)
         self.hits += 1
         return value
 
     def contains(self, key: str) -> bool:
-        """Whether an entry exists (without reading it)."""
-        return self._path(key).is_file()
+        """Whether an entry exists (without reading it); like a read, it marks the entry used."""
+        return _mark_used(self._path(key))
+
+    def prune(self, max_bytes: int, *, grace_seconds: float = PRUNE_GRACE_SECONDS) -> tuple[int, int]:
+        """Over `max_bytes`, remove the least recently used entries down to 80% of it; return (removed, bytes left).
+
+        Entries used within `grace_seconds` stay (a run in progress may still need them; a run that
+        loses one anyway fails once with "run again" and the next run rebuilds it), and so do files
+        that are not ours. Temporary files of interrupted writes older than the grace go too.
+        """
+        now = time.time()
+        entries: list[tuple[float, int, str]] = []
+        total = 0
+        try:
+            shards = [e for e in os.scandir(self.directory) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return 0, 0
+        for shard in shards:
+            try:
+                files = list(os.scandir(shard.path))
+            except OSError:
+                continue
+            for entry in files:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.name.endswith(".tmp") and now - info.st_mtime > grace_seconds:
+                    _remove(entry.path)
+                elif entry.name.endswith(".pickle"):
+                    entries.append((info.st_mtime, info.st_size, entry.path))
+                    total += info.st_size
+        removed = 0
+        if total > max_bytes:
+            for mtime, size, path in sorted(entries):
+                if total <= max_bytes * 0.8 or now - mtime < grace_seconds:
+                    break
+                if _remove(path):
+                    total -= size
+                    removed += 1
+        return removed, total
+
+    def prune_if_due(self, max_bytes: int, *, every_seconds: float = PRUNE_EVERY_SECONDS) -> tuple[int, int] | None:
+        """`prune`, at most once per `every_seconds` for this directory (a walk of the whole cache costs time)."""
+        marker = self.directory / ".pruned"
+        try:
+            if time.time() - marker.stat().st_mtime < every_seconds:
+                return None
+        except OSError:
+            pass
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            return None  # a cache we cannot write to does not grow either
+        return self.prune(max_bytes)
 
     def discard(self, key: str) -> None:
         """Remove an entry, if present."""

@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.cache import BuildCache, versioned_key
+from bot.cache import BuildCache, cache_budget, versioned_key
 from bot.checks import CheckContext, run_checks
 from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import UserError
@@ -54,7 +54,10 @@ def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOpti
         cache = BuildCache(options.cache_dir) if options.cache_dir else None
         if cache is not None:
             remember_version(binary, cache)
-        return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
+        report = check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
+    if cache is not None:
+        cache.prune_if_due(cache_budget())
+    return report
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot import gitrepo
-from bot.cache import BuildCache
+from bot.cache import BuildCache, cache_budget
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer
 from bot.errors import UserError
@@ -144,7 +144,10 @@ def review_repository(
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
         head_side = analyse(head_renderer, cluster, live=live)
-        return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
+        review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
+    if cache is not None:
+        cache.prune_if_due(cache_budget())
+    return review
 
 
 def _review(

@@ -1,0 +1,94 @@
+"""The build cache on disk: least-recently-used pruning, and reads that mark entries used."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.cache import BuildCache, cache_budget
+
+HOUR = 3600
+
+
+def _age(cache: BuildCache, key: str, seconds: float) -> None:
+    path = cache.directory / key[:2] / f"{key}.pickle"
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def _filled(tmp_path: Path) -> BuildCache:
+    """Ten 10 KB entries, k0 the least recently used, k9 the most (all older than the grace)."""
+    cache = BuildCache(tmp_path / "builds")
+    for i in range(10):
+        cache.put(f"k{i}", b"x" * 10_000)
+        _age(cache, f"k{i}", 10 * HOUR - i * 60)
+    return cache
+
+
+def test_nothing_goes_under_the_budget(tmp_path: Path) -> None:
+    cache = _filled(tmp_path)
+    removed, left = cache.prune(10**6)
+    assert removed == 0 and left > 100_000
+    assert all(cache.contains(f"k{i}") for i in range(10))
+
+
+def test_over_the_budget_the_least_recently_used_go_to_80_percent(tmp_path: Path) -> None:
+    cache = _filled(tmp_path)
+    assert cache.get("k0") == b"x" * 10_000  # read now: most recently used
+    size = (cache.directory / "k0" / "k0.pickle").stat().st_size
+    removed, left = cache.prune(5 * size)
+    assert left <= 4 * size and removed == 6
+    assert [i for i in range(10) if cache.contains(f"k{i}")] == [0, 7, 8, 9]
+
+
+def test_entries_used_within_the_grace_stay_and_other_files_are_left_alone(tmp_path: Path) -> None:
+    cache = _filled(tmp_path)
+    for i in range(10):
+        assert cache.contains(f"k{i}")  # marks each used now
+    mirrors = tmp_path / "builds" / "mirrors"
+    mirrors.mkdir()
+    (mirrors / "HEAD").write_text("ref: refs/heads/main\n")
+    stale_tmp = cache.directory / "k0" / "abandoned.tmp"
+    stale_tmp.write_bytes(b"half")
+    os.utime(stale_tmp, (time.time() - 2 * HOUR,) * 2)
+    removed, _ = cache.prune(1)
+    assert removed == 0 and all(cache.contains(f"k{i}") for i in range(10))
+    assert (mirrors / "HEAD").exists() and not stale_tmp.exists()
+
+
+def test_pruning_is_due_once_per_interval(tmp_path: Path) -> None:
+    cache = _filled(tmp_path)
+    assert cache.prune_if_due(1) is not None
+    assert cache.prune_if_due(1) is None  # walked a moment ago
+    os.utime(cache.directory / ".pruned", (time.time() - HOUR,) * 2)
+    assert cache.prune_if_due(1) is not None
+
+
+@pytest.mark.parametrize("value, expected", [("", 2 * 1024**3), ("1000", 1000), ("lots", 2 * 1024**3), ("-5", 0)])
+def test_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str, expected: int) -> None:
+    monkeypatch.setenv("FLUXWARDEN_CACHE_MAX_BYTES", value)
+    assert cache_budget() == expected
+
+
+def test_a_review_after_its_cache_was_pruned_to_nothing_still_works(tmp_path: Path) -> None:
+    """Pruned entries are misses: the next review rebuilds what it needs and finds the same."""
+    from bot.review import review_repository
+    from tests.gitrepo import EXAMPLE, commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    base = repo.head.commit.hexsha
+    whoami = root / "apps/whoami/whoami.yaml"
+    whoami.write_text(whoami.read_text().replace("replicas: 2", "replicas: 3"))
+    head = commit_all(repo, "scale")
+    first = review_repository(root, "prod", base, head, cache_dir=tmp_path / "cache")
+    cache = BuildCache(tmp_path / "cache")
+    for path in cache.directory.rglob("*.pickle"):
+        os.utime(path, (time.time() - 2 * HOUR,) * 2)
+    cache.prune(1)
+    assert not list(cache.directory.rglob("*.pickle"))
+    again = review_repository(root, "prod", base, head, cache_dir=tmp_path / "cache")
+    assert again.findings == first.findings and again.diff == first.diff and again.kustomize_builds == first.kustomize_builds
