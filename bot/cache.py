@@ -194,10 +194,7 @@ class BuildCache:
 
     def discard(self, key: str) -> None:
         """Remove an entry, if present."""
-        try:
-            self._path(key).unlink()
-        except OSError:
-            pass
+        _remove(str(self._path(key)))
 
     def put(self, key: str, value: Any) -> None:
         path = self._path(key)

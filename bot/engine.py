@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,15 +51,21 @@ def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOpti
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
-    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
+    with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
-        cache = BuildCache(options.cache_dir) if options.cache_dir else None
-        if cache is not None:
-            remember_version(binary, cache)
-        report = check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
-    if cache is not None:
-        cache.prune_if_due(cache_budget())
-    return report
+        return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
+
+
+@contextmanager
+def run_cache(directory: Path | None, binary: KustomizeBinary) -> Iterator[BuildCache | None]:
+    """The build cache of one run (None: no cache): kustomize's version taken from it, kept under its budget after."""
+    if directory is None:
+        yield None
+        return
+    cache = BuildCache(directory)
+    remember_version(binary, cache)
+    yield cache
+    cache.prune_if_due(cache_budget())
 
 
 @dataclass(frozen=True)

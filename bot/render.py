@@ -284,7 +284,7 @@ class Renderer:
         # dev and prod usually apply the same paths with the same overlay: build each once.
         self._builds: dict[str, RawTier] = {}
         self._builds_lock = threading.Lock()
-        # A commit's tiers, by build key → (inputs, cache key): a commit seen before skips reading its
+        # A commit's builds, by build key (see TreeBuild): a commit seen before skips reading its
         # kustomization files and hashing inputs (the tree id says the content is the same).
         self._tree_key: str | None = None
         self._tree_builds: dict[str, TreeBuild] = {}
@@ -599,10 +599,7 @@ class Renderer:
     ) -> None:
         """Keep a commit's cluster render as one entry: each tier's summary (its objects stay in their own entries)."""
         assert self.cache is not None
-        summaries = [
-            (tid, replace(t, manifests=()), len(t.manifests), tuple(t.flux_kustomizations()), list(finish_findings.get(tid, ())))
-            for tid, t in tiers.items()
-        ]
+        summaries = [(tid, _summary(t), list(finish_findings.get(tid, ()))) for tid, t in tiers.items()]
         self.cache.put(key, (summaries, tuple(findings)))
 
     def _remembered_render(self, key: str, cluster: str, entry: str) -> ClusterRender | None:
@@ -612,17 +609,21 @@ class Renderer:
         if stored is None:
             return None
         summaries, findings = stored
-        if not all(self.cache.contains(f"finished-{t.finish_key}-objects") for _, t, *_ in summaries if t.finish_key):
+        if not all(self.cache.contains(f"finished-{summary[0].finish_key}-objects") for _, summary, _ in summaries if summary[0].finish_key):
             return None
         tiers: dict[TierId, RenderedTier] = {}
-        for tid, summary, count, kustomizations, tier_findings in summaries:
-            tier = summary
-            if summary.finish_key is not None:
-                tier = replace(summary, manifests=StoredManifests(self.cache, summary.finish_key, count, kustomizations))
-                if self.finish_memo is not None:  # the other side of a review finishes its equal tiers from here
-                    self.finish_memo.setdefault(summary.finish_key, (tier, tier_findings))
-            tiers[tid] = tier
+        for tid, summary, tier_findings in summaries:
+            tier = tiers[tid] = self._from_summary(summary)
+            if tier.finish_key is not None and self.finish_memo is not None:  # the other side of a review finishes its equal tiers from here
+                self.finish_memo.setdefault(tier.finish_key, (tier, tier_findings))
         return ClusterRender(cluster, entry, tiers, findings, self.snapshot)
+
+    def _from_summary(self, summary: TierSummary) -> RenderedTier:
+        """A finished tier back from its summary: its objects stay in the cache until used."""
+        tier, count, kustomizations = summary
+        if tier.finish_key is None or self.cache is None:
+            return tier
+        return replace(tier, manifests=StoredManifests(self.cache, tier.finish_key, count, kustomizations))
 
     def _discover(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
         specs = []
@@ -719,8 +720,8 @@ class Renderer:
         stored = self.cache.get(f"finished-{finish_key}")
         if stored is None or not self.cache.contains(f"finished-{finish_key}-objects"):
             return None
-        summary, findings, count, kustomizations = stored
-        remembered = replace(summary, manifests=StoredManifests(self.cache, finish_key, count, kustomizations)), findings
+        summary, findings = stored
+        remembered = self._from_summary(summary), findings
         if self.finish_memo is not None:
             self.finish_memo[finish_key] = remembered
         return remembered
@@ -731,8 +732,7 @@ class Renderer:
         if self.cache is not None:
             # The objects apart from the summary: a review loads only the tiers it diffs or checks anew.
             self.cache.put(f"finished-{finish_key}-objects", tuple(rendered.manifests))
-            summary = (replace(rendered, manifests=()), list(findings), len(rendered.manifests), tuple(rendered.flux_kustomizations()))
-            self.cache.put(f"finished-{finish_key}", summary)  # written last: its presence says the entry is complete
+            self.cache.put(f"finished-{finish_key}", (_summary(rendered), list(findings)))  # written last: its presence says the entry is complete
 
     def _prepare(
         self, documents: Sequence[RawDocument], substituting: bool, masked: Mapping[str, str], spec: TierSpec, findings: list[Finding]
@@ -914,6 +914,14 @@ def _describe(text: str) -> str:
     kind = re.search(r"^kind: *(\S+)", text, re.MULTILINE)
     name = re.search(r"^  name: *(\S+)", text, re.MULTILINE)
     return f"{kind.group(1) if kind else 'object'}/{name.group(1) if name else '?'}"
+
+
+# A finished tier as cached: the tier without its objects, their count, its Flux Kustomizations.
+TierSummary = tuple[RenderedTier, int, tuple[Manifest, ...]]
+
+
+def _summary(tier: RenderedTier) -> TierSummary:
+    return replace(tier, manifests=()), len(tier.manifests), tuple(tier.flux_kustomizations())
 
 
 def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:

@@ -10,11 +10,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot import gitrepo
-from bot.cache import BuildCache, cache_budget
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
-from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer
+from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer, run_cache
 from bot.errors import UserError
-from bot.kustomize import locate_kustomize, remember_version
+from bot.kustomize import locate_kustomize
 from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.model import Finding, Severity, TierId
 from bot.render import PriorBuilds, Renderer
@@ -112,12 +111,10 @@ def review_repository(
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
-    cache = BuildCache(cache_dir) if cache_dir else None  # the CLI passes the default dir unless --no-cache
-    if cache is not None:
-        remember_version(binary, cache)
     memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
-    with tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
+    # The CLI passes the default cache dir unless --no-cache.
+    with run_cache(cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base", cache))
         head_sha: str | None
@@ -144,10 +141,7 @@ def review_repository(
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
         head_side = analyse(head_renderer, cluster, live=live)
-        review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
-    if cache is not None:
-        cache.prune_if_due(cache_budget())
-    return review
+        return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
 
 
 def _review(
