@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.cache import default_cache_dir
+from bot.config import RepoConfig, read_config_file
 from bot.engine import CheckOptions, check_repository, tune_gc
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.report import format_markdown, format_text
@@ -35,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
+    check.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's (it may live outside the repo)")
+    check.add_argument(
+        "--config-from-commit", action="store_true",
+        help="with --base: each side reads its own commit's .fluxwarden.yaml (default: the working tree's, for both sides)",
+    )
     check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
     check.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
     check.add_argument("--live", action="store_true", help="also check the merge preconditions on the live cluster (read-only)")
@@ -43,17 +49,31 @@ def build_parser() -> argparse.ArgumentParser:
     tier = sub.add_parser("tier-order", help="check the bootstrap tier order list against every cluster's graph (--fix edits it)")
     tier.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
     tier.add_argument("--fix", action="store_true", help="edit the tier order file in place (only the lines that must change)")
+    tier.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     tier.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     tier.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     drift = sub.add_parser("drift", help="compare a cluster with the render of the repository, once (read-only)")
     drift.add_argument("--repo", default=".", type=Path, help="repository working tree, e.g. a checkout of the default branch (default: .)")
     drift.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    drift.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     drift.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     drift.add_argument("--context", help="kubeconfig context (default: its current-context)")
     drift.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     drift.add_argument("--stuck-after", type=float, default=1800.0, help="seconds a tier may wait on a dependency before it is stuck (default: 1800)")
     drift.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     drift.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    build = sub.add_parser("build", help="print a cluster's rendered objects (what kustomize-controller would apply) as YAML")
+    build.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
+    build.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    build.add_argument("--tier", action="append", default=[], metavar="NS/NAME", help="only this Kustomization (repeatable; default: every tier)")
+    build.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
+    build.add_argument("--show-secrets", action="store_true", help="print Secret values as git has them (SOPS values stay encrypted)")
+    build.add_argument("--output", type=Path, help="write the YAML here instead of stdout")
+    build.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    build.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
+    build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    build.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
+    build.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
     serve = sub.add_parser("serve", help="run the GitHub webhook service")
     serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
     serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
@@ -71,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _tier_order(args)
         if args.command == "drift":
             return _drift(args)
+        if args.command == "build":
+            return _build(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -92,10 +114,15 @@ def _check(args: argparse.Namespace) -> int:
         raise UserError("--head needs --base")
     if (args.kubeconfig or args.context) and not args.live:
         raise UserError("--kubeconfig and --context need --live")
+    if args.config_from_commit and not args.base:
+        raise UserError("--config-from-commit needs --base")
+    if args.config_from_commit and args.config:
+        raise UserError("--config and --config-from-commit exclude each other")
     if args.base:
         return _review(args, options)
+    config = _config(args)
     live, _ = _live(args)
-    report = check_repository(args.repo, args.cluster, options, live=live)
+    report = check_repository(args.repo, args.cluster, options, live=live, config=config)
     if args.format == "json":
         text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
     elif args.format == "markdown":
@@ -110,9 +137,16 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     from bot.review import review_repository  # GitPython is only needed for reviews
     from bot.review_report import format_review_markdown, format_review_text, review_to_json
 
+    # One configuration for both sides (--config, else the working tree's): a .fluxwarden.yaml the base
+    # commit lacks (not committed yet, or added by the change) must not empty the base's render.
+    if args.config_from_commit:
+        config = None
+    else:
+        config = _config(args) or _working_tree_config(args.repo)
     live, fetch_objects = _live(args)
     review = review_repository(
-        args.repo, args.cluster, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects
+        args.repo, args.cluster, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects,
+        config=config,
     )
     if args.format == "json":
         text = json.dumps(review_to_json(review), indent=2, ensure_ascii=False) + "\n"
@@ -123,6 +157,21 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     _emit(args, text)
     # A change is judged by what it adds: pre-existing errors do not fail it.
     return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN
+
+
+def _config(args: argparse.Namespace) -> RepoConfig | None:
+    """`--config FILE`, read; None: the repository's own `.fluxwarden.yaml` is used."""
+    return read_config_file(args.config) if args.config is not None else None
+
+
+def _working_tree_config(repo: Path) -> RepoConfig:
+    """The working tree's `.fluxwarden.yaml` (read whatever `.sourceignore` says; the defaults when there is none)."""
+    from bot.config import load_repo_config
+    from bot.snapshot import read_config_text
+
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    return load_repo_config(read_config_text(repo))
 
 
 def _live(args: argparse.Namespace):
@@ -143,7 +192,7 @@ def _tier_order(args: argparse.Namespace) -> int:
     """Print the order every cluster needs; 0 right (or fixed), 1 stale and not fixed, 2 impossible/usage."""
     from bot.tierfix import read_tree_state
 
-    state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout)
+    state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout, config=_config(args))
     fix = state.plan()  # TierOrderConflict and unreadable lists are FluxwardenErrors: one line, exit 2
     sys.stdout.write(fix.report())
     if not fix.needed:
@@ -171,7 +220,9 @@ def _drift(args: argparse.Namespace) -> int:
         raise UserError("--stuck-after must not be negative")
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
     options = DriftOptions(stuck_after=timedelta(seconds=args.stuck_after))
-    report = drift_repository(args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options)
+    report = drift_repository(
+        args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options, config=_config(args)
+    )
     if report.error is not None:
         raise InfraError(report.error)
     if args.format == "json":
@@ -181,6 +232,27 @@ def _drift(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(report))
     return EXIT_FINDINGS if report.items else EXIT_CLEAN
+
+
+def _build(args: argparse.Namespace) -> int:
+    """Print the rendered objects: 0 rendered, 1 a requested tier failed or was not rendered (findings on stderr), 2 usage."""
+    from bot.engine import nothing_rendered, render_repository
+    from bot.export import build_findings, format_build, select_tiers, tier_problem
+
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir)
+    with render_repository(args.repo, args.cluster, options, config=_config(args)) as built:
+        tiers = select_tiers(built, args.tier)  # an unknown tier is a UserError: exit 2
+        everything = not args.tier
+        findings = build_findings(built, tiers, everything) + (nothing_rendered(built.render) if everything else [])
+        text = format_build(built, tiers, show_secrets=args.show_secrets)
+        failed = any(tier_problem(built.render.tiers[t]) for t in tiers) if args.tier else any(built.render.tiers[t].failed for t in tiers)
+    for finding in findings:
+        where = f" ({finding.location})" if finding.location else ""
+        scope = " ".join(str(x) for x in (finding.kustomization, finding.object) if x)
+        print(f"fluxwarden: {finding.severity.value} {finding.check}{' ' + scope if scope else ''}: {finding.message}{where}".replace("\n", " "), file=sys.stderr)
+    _emit(args, text)
+    return EXIT_FINDINGS if failed or any(f.check == "nothing-rendered" for f in findings) else EXIT_CLEAN
 
 
 def _serve(args: argparse.Namespace) -> int:

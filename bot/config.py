@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from bot.errors import ConfigError, InputError
 from bot.model import SourceRef
-from bot.snapshot import KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
-from bot.yamlio import load_one
-
-CONFIG_FILE = ".fluxwarden.yaml"
+from bot.snapshot import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
+from bot.yamlio import MAX_FILE_BYTES, load_one
 CLUSTERS_DIR = "clusters"
 
 
@@ -37,6 +38,27 @@ class RepoConfig:
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
         return source in self.sources
+
+    def digest(self) -> str:
+        """A hash of every setting: cached results of a commit are keyed by it, since the
+        configuration need not come from that commit (`--config`, the working tree's in a review)."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def snapshot_config(snapshot: Snapshot) -> RepoConfig:
+    """The configuration a snapshot carries (its `.fluxwarden.yaml`, read whatever `.sourceignore` says)."""
+    return load_repo_config(snapshot.read_config())
+
+
+def read_config_file(path: Path) -> RepoConfig:
+    """`--config FILE`: a `.fluxwarden.yaml` kept anywhere (the user named it; it is not repository content)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path} is over the {MAX_FILE_BYTES:,}-byte limit")
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror}") from None
+    return load_repo_config(text)
 
 
 def load_repo_config(text: str | None) -> RepoConfig:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from bot.cache import BuildCache
-from bot.config import CONFIG_FILE, cluster_entry, load_repo_config
+from bot.config import RepoConfig, cluster_entry, snapshot_config
 from bot.drift import DriftOptions, DriftReport, build_drift_report, objects_to_read
 from bot.engine import CheckOptions
 from bot.errors import UserError
@@ -42,14 +42,16 @@ class RenderedCluster:
     providers: ProviderIndex
 
 
-def render_cluster(tree: Path, cluster: str, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None) -> RenderedCluster:
-    """Render `cluster` of the working tree `tree` (blocking: kustomize runs here)."""
+def render_cluster(
+    tree: Path, cluster: str, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None, config: RepoConfig | None = None
+) -> RenderedCluster:
+    """Render `cluster` of the working tree `tree` (blocking: kustomize runs here); `config` None: the tree's `.fluxwarden.yaml`."""
     if not tree.is_dir():
         raise UserError(f"{tree} is not a directory")
     binary = locate_kustomize(options.kustomize)
     with tempfile.TemporaryDirectory(prefix="fluxwarden-drift-") as tmp:
         snapshot = build_snapshot(tree, Path(tmp))
-        config = load_repo_config(snapshot.read_text(CONFIG_FILE))
+        config = config or snapshot_config(snapshot)
         entry = cluster_entry(config, cluster, snapshot)
         knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
         cache = BuildCache(cache_dir) if cache_dir is not None else None
@@ -87,7 +89,8 @@ def drift_repository(
     options: DriftOptions = DriftOptions(),
     now: Callable[[], datetime] = utcnow,
     cache_dir: Path | None = None,
+    config: RepoConfig | None = None,
 ) -> DriftReport:
     """`fluxwarden drift`: render the working tree, read the cluster once, compare (synchronous)."""
-    rendered = render_cluster(tree, cluster, check, cache_dir)
+    rendered = render_cluster(tree, cluster, check, cache_dir, config)
     return asyncio.run(read_drift(rendered, access, now=now, options=options))

@@ -11,16 +11,16 @@ from pathlib import Path
 
 from bot.cache import BuildCache, cache_budget, versioned_key
 from bot.checks import CheckContext, run_checks
-from bot.config import CONFIG_FILE, RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.config import RepoConfig, cluster_entry, known_clusters, snapshot_config
 from bot.errors import UserError
 from bot.facts import FactsStore
 from bot.graph import TierGraph
 from bot.knowledge import default_knowledge
 from bot.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
-from bot.model import Finding, Severity, SourceLocation
+from bot.model import Finding, Severity, SourceLocation, TierId
 from bot.providers import ProviderIndex
-from bot.render import ClusterRender, Renderer
+from bot.render import ClusterRender, RenderedTier, Renderer
 from bot.report import CheckReport, TierSummary
 from bot.snapshot import Snapshot, build_snapshot
 
@@ -46,14 +46,45 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def check_repository(repo: Path, cluster: str, options: CheckOptions = CheckOptions(), live: LiveState | None = None) -> CheckReport:
-    """Check one cluster of the repository at `repo` (a working tree); with `live`, also its live preconditions."""
+def check_repository(
+    repo: Path, cluster: str, options: CheckOptions = CheckOptions(), live: LiveState | None = None, config: RepoConfig | None = None
+) -> CheckReport:
+    """Check one cluster of the repository at `repo` (a working tree); with `live`, also its live preconditions.
+
+    `config` stands in for the repository's `.fluxwarden.yaml` (`--config FILE`); None reads the tree's.
+    """
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     binary = locate_kustomize(options.kustomize)
     with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
-        return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache)
+        return check_snapshot(snapshot, cluster, binary, options, live=live, cache=cache, config=config)
+
+
+@dataclass(frozen=True)
+class BuiltCluster:
+    """`fluxwarden build`: one cluster's render, its tiers in apply order (dependencies first)."""
+
+    render: ClusterRender
+    order: tuple[TierId, ...]
+
+
+@contextmanager
+def render_repository(
+    repo: Path, cluster: str, options: CheckOptions = CheckOptions(), config: RepoConfig | None = None
+) -> Iterator[BuiltCluster]:
+    """Render one cluster of the working tree at `repo`, as `check` does (same snapshot, same cache), no checks.
+
+    A context: a tier's objects may still be read from the cache or the snapshot while it is open.
+    """
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    binary = locate_kustomize(options.kustomize)
+    with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp:
+        snapshot = build_snapshot(repo, Path(tmp))
+        renderer = make_renderer(snapshot, binary, options, cache, config=config)
+        render = renderer.render_cluster(cluster, cluster_entry(renderer.config, cluster, snapshot))
+        yield BuiltCluster(render, tuple(_apply_order(render, TierGraph(t.spec for t in render.tiers.values()))))
 
 
 @contextmanager
@@ -79,14 +110,20 @@ class Analysis:
 
 
 def check_snapshot(
-    snapshot: Snapshot, cluster: str, binary: KustomizeBinary, options: CheckOptions, live: LiveState | None = None, cache: BuildCache | None = None
+    snapshot: Snapshot,
+    cluster: str,
+    binary: KustomizeBinary,
+    options: CheckOptions,
+    live: LiveState | None = None,
+    cache: BuildCache | None = None,
+    config: RepoConfig | None = None,
 ) -> CheckReport:
-    """Check one cluster of an already sanitised snapshot.
+    """Check one cluster of an already sanitised snapshot (with `config`, not the snapshot's own).
 
     With `live` (no change to review), every tier of the cluster must be ready on it: the merge
     preconditions of a change that could touch any of them.
     """
-    analysis = analyse(make_renderer(snapshot, binary, options, cache), cluster, live=live)
+    analysis = analyse(make_renderer(snapshot, binary, options, cache, config=config), cluster, live=live)
     if live is None:
         return analysis.report
     required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))
@@ -100,9 +137,15 @@ def make_renderer(
     options: CheckOptions,
     cache: BuildCache | None = None,
     finish_memo: dict | None = None,  # shared by both sides of a review: finished tiers and their facts
+    config: RepoConfig | None = None,
 ) -> Renderer:
-    """The renderer of a snapshot, with the snapshot's `.fluxwarden.yaml`."""
-    config = load_repo_config(snapshot.read_text(CONFIG_FILE))
+    """The renderer of a snapshot, with `config`; None: the snapshot's own `.fluxwarden.yaml`.
+
+    The one place a render's configuration is chosen: the CLI may name a file (`--config`), a review
+    gives both sides the same one, and the bot may pass the base branch's.
+    """
+    if config is None:
+        config = snapshot_config(snapshot)
     return Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo)
 
 
@@ -117,7 +160,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> 
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code and this kustomize say so. Not with a live state, which changes between runs.
-    key = _findings_key(snapshot, cluster, binary) if cache is not None and live is None else None
+    key = _findings_key(snapshot, config, cluster, binary) if cache is not None and live is None else None
     findings = cache.get(key) if cache is not None and key is not None else None
     facts = FactsStore(knowledge, cache, renderer.finish_memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
@@ -140,17 +183,45 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> 
             other_graphs=others,
             locate=renderer.locate,
         )
-        findings = [*render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers)]
+        findings = [
+            *render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render)
+        ]
         if cache is not None and key is not None and not any(t.failed for t in render.tiers.values()):
             cache.put(key, findings)  # a failed build may be a timeout: never remembered
     return Analysis(render, graph, build_report(render, graph, findings), renderer)
 
 
-def _findings_key(snapshot: Snapshot, cluster: str, binary: KustomizeBinary) -> str | None:
-    """The cache key of a commit's findings for one cluster; None for a working tree (no tree id)."""
+def _findings_key(snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary) -> str | None:
+    """The cache key of a commit's findings for one cluster under one configuration; None for a working tree (no tree id)."""
     if snapshot.tree is None:
         return None
-    return versioned_key("findings", binary.version, snapshot.tree.oid, cluster)
+    return versioned_key("findings", binary.version, snapshot.tree.oid, config.digest(), cluster)
+
+
+NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"
+
+
+def nothing_rendered(render: ClusterRender) -> list[Finding]:
+    """An error when not one object of the cluster was rendered: nothing checked is not a pass.
+
+    Every tier applies another source, or failed to build, or built nothing (an empty entry path).
+    A tier that failed but still produced objects (a SOPS Secret without decryption) was checked,
+    and its `render-failed` is the error.
+    """
+    if any(t.rendered and len(t.manifests) for t in render.tiers.values()):
+        return []
+    reasons = [f"{tid} ({_why_not_rendered(t)})" for tid, t in render.tiers.items()]
+    listed = ", ".join(reasons[:NOT_CHECKED_LISTED]) + (f" and {len(reasons) - NOT_CHECKED_LISTED} more" if len(reasons) > NOT_CHECKED_LISTED else "")
+    message = f"nothing of cluster {render.cluster} (entry ./{render.entry}) was checked: no tier rendered an object; not checked: {listed}"
+    return [Finding("nothing-rendered", Severity.ERROR, message, location=SourceLocation(render.entry or "."))]
+
+
+def _why_not_rendered(tier: RenderedTier) -> str:
+    if tier.failed:
+        return "failed to render"
+    if not tier.rendered:
+        return f"applies {tier.spec.source.kind}/{tier.spec.source.name}, not this repository"
+    return "rendered no object"
 
 
 def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:
@@ -163,10 +234,15 @@ def _unreached_unsafe_paths(render: ClusterRender) -> list[Finding]:
     ]
 
 
+def _apply_order(render: ClusterRender, graph: TierGraph) -> list[TierId]:
+    """Tiers in apply order (dependencies first, ties by name), cycle members last."""
+    order = graph.order()
+    return order + [t for t in render.tiers if t not in order]
+
+
 def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding]) -> CheckReport:
     """Assemble the report: tiers in apply order (cycle members last), findings sorted errors first."""
-    order = graph.order()
-    order += [t for t in render.tiers if t not in order]
+    order = _apply_order(render, graph)
     tiers = tuple(
         TierSummary(
             id=t.spec.id,
@@ -190,4 +266,4 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
     )
 
 
-__all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_snapshot"]
+__all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_snapshot", "render_repository"]

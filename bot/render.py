@@ -516,7 +516,8 @@ class Renderer:
         """
         render_key = None
         if self.cache is not None and self.snapshot.tree is not None:
-            render_key = "render-" + versioned_key(self.binary.version, self.snapshot.tree.oid, cluster, entry, graph_only)
+            # The configuration is part of the key: it need not be the commit's own (`--config`, a review).
+            render_key = "render-" + versioned_key(self.binary.version, self.snapshot.tree.oid, self.config.digest(), cluster, entry, graph_only)
             remembered = self._remembered_render(render_key, cluster, entry)
             if remembered is not None:
                 return remembered

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bot import gitrepo
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
+from bot.config import RepoConfig
 from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer, run_cache
 from bot.errors import UserError
 from bot.kustomize import locate_kustomize
@@ -65,12 +66,19 @@ def _subject(finding: Finding) -> tuple:
     )
 
 
+# Findings that say the head was not checked: never "pre-existing", or a cluster that renders
+# nothing on both sides would pass every change.
+ALWAYS_NEW = frozenset({"nothing-rendered"})
+
+
 def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[ReviewedFinding, ...]:
     """Pair head findings with base ones, each base finding used once; unpaired head findings are new.
 
     Exact matches (same subject and message) pair first, then same subject: a second undefined
-    variable in the same object, or a severity raised from info to error, stays new.
+    variable in the same object, or a severity raised from info to error, stays new. A finding
+    that says nothing was checked (ALWAYS_NEW) is never paired.
     """
+    base = tuple(f for f in base if f.check not in ALWAYS_NEW)
     exact = Counter((_subject(f), f.message) for f in base)
     loose = Counter(_subject(f) for f in base)
     paired = [False] * len(head)
@@ -101,9 +109,14 @@ def _with_line(finding: Finding, side: Analysis) -> Finding:
 
 def review_repository(
     repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None,
-    live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None,
+    live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None, config: RepoConfig | None = None,
 ) -> ClusterReview:
     """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`.
+
+    `config` is the configuration of both sides (the CLI passes the working tree's, or `--config`):
+    a configuration only the head has (uncommitted, or added by the change) must not make the base
+    render differently, or every finding reads as new. None: each side reads its own commit's
+    (`--config-from-commit`).
 
     With `live` (read beforehand by bot.kube), the change's live merge preconditions are checked too;
     `fetch_objects` reads the moved objects, which are known only once both sides are rendered.
@@ -122,10 +135,10 @@ def review_repository(
             head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
         else:
             head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head", cache))
-        head_renderer = make_renderer(head_snapshot, binary, options, cache, memo)
+        head_renderer = make_renderer(head_snapshot, binary, options, cache, memo, config=config)
         stack.callback(head_renderer.settle)  # before the work dir goes
         try:
-            base_renderer: Renderer | None = make_renderer(base_snapshot, binary, options, cache, memo)
+            base_renderer: Renderer | None = make_renderer(base_snapshot, binary, options, cache, memo, config=config)
         except UserError:
             base_renderer = None  # a .fluxwarden.yaml the base cannot read: judged as a new cluster
         # Tiers no changed path touches reuse the base's builds (affected-only rendering). Only for a

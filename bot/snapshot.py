@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from bot.errors import ConfigError
 from bot.yamlio import MAX_FILE_BYTES
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+CONFIG_FILE = ".fluxwarden.yaml"
 
 # source-controller excludes these from every GitRepository artifact
 # (fluxcd/source-controller internal/index + pkg/sourceignore `VCSPatterns` and `getSOPSPatterns`/defaults).
@@ -209,6 +211,16 @@ class Snapshot:
     tree: GitTree | None = field(default=None, compare=False)
     # A symlink makes a path's content depend on another path: changed files no longer say what changed.
     has_symlinks: bool = False
+    # The repository's `.fluxwarden.yaml`: configuration, not source, so read whatever `.sourceignore`
+    # says (a `/*` that keeps only the manifest directories must not hide it). None: there is none.
+    config_text: str | None = field(default=None, compare=False)
+    config_error: str | None = field(default=None, compare=False)  # why it could not be read
+
+    def read_config(self) -> str | None:
+        """The `.fluxwarden.yaml` text (None: there is none); a ConfigError when it could not be read."""
+        if self.config_error is not None:
+            raise ConfigError(self.config_error)
+        return self.config_text
 
     def path(self, rel: str) -> Path:
         """The snapshot path of a repo-relative path (already normalised and inside the repo)."""
@@ -349,7 +361,35 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
                 _link_or_copy(Path(entry.path), root / rel)
 
     walk("")
-    return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked))
+    try:
+        config, config_error = read_config_text(source, max_file_bytes), None
+    except ConfigError as exc:  # raised when the configuration is used: an explicit one may stand in
+        config, config_error = None, str(exc)
+    return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked), config_text=config, config_error=config_error)
+
+
+def read_config_text(source: Path, max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """The text of a working tree's `.fluxwarden.yaml` (None: absent), within the repository boundary.
+
+    Read apart from the snapshot's copy: it configures the check, Flux never applies it, so the
+    ignore rules that shape the artifact do not apply to it. A symlink may point inside the repo only.
+    """
+    source = source.resolve()
+    path = source / CONFIG_FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    target = Path(os.path.realpath(path))
+    if target != source / CONFIG_FILE and source not in target.parents:
+        raise ConfigError(f"{CONFIG_FILE} is a symlink that resolves outside the repository; not read")
+    if not target.is_file():
+        raise ConfigError(f"{CONFIG_FILE} is not a regular file")
+    try:
+        size = target.stat().st_size
+        if size > max_file_bytes:
+            raise ConfigError(f"{CONFIG_FILE} is {size:,} bytes, over the {max_file_bytes:,}-byte limit")
+        return target.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{CONFIG_FILE} cannot be read ({exc.strerror})") from None
 
 
 @dataclass(frozen=True)
@@ -373,6 +413,7 @@ class TreeListing:
     files: Mapping[str, TreeFile]
     dirs: frozenset[str]
     refused: tuple[RefusedPath, ...]
+    config: TreeEntry | None = None  # the root `.fluxwarden.yaml`, ignored or not (see Snapshot.config_text)
 
 
 def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], *, max_file_bytes: int = MAX_FILE_BYTES) -> TreeListing | None:
@@ -423,14 +464,31 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
                 files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
 
     walk("")
-    return TreeListing(files, frozenset(dirs), tuple(refused))
+    config = next((e for e in children.get("", ()) if e.path == CONFIG_FILE), None)
+    return TreeListing(files, frozenset(dirs), tuple(refused), config)
 
 
 def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str], bytes], dest: Path) -> Snapshot:
     """The snapshot of a commit, lazily: its listing, nothing on disk yet."""
     root = dest / "repo"
     root.mkdir(parents=True)
-    return Snapshot(root=root, refused=listing.refused, tree=GitTree(tree_oid, dict(listing.files), set(listing.dirs), read_blob, root))
+    tree = GitTree(tree_oid, dict(listing.files), set(listing.dirs), read_blob, root)
+    try:
+        config, config_error = _commit_config(listing.config, read_blob), None
+    except ConfigError as exc:
+        config, config_error = None, str(exc)
+    return Snapshot(root=root, refused=listing.refused, tree=tree, config_text=config, config_error=config_error)
+
+
+def _commit_config(entry: TreeEntry | None, read_blob: Callable[[str], bytes], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """A commit's `.fluxwarden.yaml` text (None: absent), judged as `read_config_text` judges a working tree's."""
+    if entry is None:
+        return None
+    if entry.kind != "blob":
+        raise ConfigError(f"{CONFIG_FILE} is not a regular file")
+    if entry.size is not None and entry.size > max_file_bytes:
+        raise ConfigError(f"{CONFIG_FILE} is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit")
+    return read_blob(entry.oid).decode("utf-8", errors="replace")
 
 
 def _copy_symlink(

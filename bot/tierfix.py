@@ -23,11 +23,14 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AbstractSet, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
 
 from bot.errors import TierOrderError, UserError
 from bot.tierorder import StaleReason, find_cycle, read_tier_order, rewrite_tier_order, stable_order, stale_reasons
 from bot.tierorder import _lcs  # the same longest-common-subsequence the rewrite keeps lines by
+
+if TYPE_CHECKING:
+    from bot.config import RepoConfig
 
 __all__ = [
     "BRANCH",
@@ -477,19 +480,22 @@ def read_tier_order_file(tree: Path, rel: str) -> str | None:
 
 
 def read_tree_state(tree: Path, *, kustomize: str | None = None, jobs: int | None = None, timeout: float = 120.0,
-                    cache_dir: Path | None = None) -> TreeState:
-    """Render every cluster of the checked-out `tree` (graphs only) and read its tier order file."""
+                    cache_dir: Path | None = None, config: RepoConfig | None = None) -> TreeState:
+    """Render every cluster of the checked-out `tree` (graphs only) and read its tier order file.
+
+    `config` stands in for the tree's `.fluxwarden.yaml` (`--config FILE`).
+    """
     from bot.cache import BuildCache
-    from bot.config import CONFIG_FILE, known_clusters, load_repo_config
+    from bot.config import known_clusters, load_repo_config
     from bot.graph import TierGraph
     from bot.kustomize import locate_kustomize
     from bot.render import Renderer
-    from bot.snapshot import build_snapshot
+    from bot.snapshot import build_snapshot, read_config_text
 
     if not tree.is_dir():
         raise UserError(f"{tree} is not a directory")
-    config_path = tree / CONFIG_FILE
-    config = load_repo_config(config_path.read_text(encoding="utf-8") if config_path.is_file() and not config_path.is_symlink() else None)
+    if config is None:
+        config = load_repo_config(read_config_text(tree))
     if config.tier_order is None:
         return TreeState(None, None, None)
     setting = config.tier_order
