@@ -184,3 +184,33 @@ def test_example_service_config_loads(tmp_path: Path) -> None:
     env = {"FLUXWARDEN_WEBHOOK_SECRET": "from-env", "FLUXWARDEN_GITHUB_API_URL": "https://ghe.example/api/v3", "FLUXWARDEN_PORT": "9000"}
     config = load_service_config(config_file, env)
     assert (config.webhook_secret, config.github.api_url, config.port) == (b"from-env", "https://ghe.example/api/v3", 9000)
+
+
+# -- nothing checked is not a pass -------------------------------------------------------------
+
+
+def test_a_cluster_that_renders_no_object_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry whose build gives nothing (an empty kustomization) checked nothing: exit 1, saying so."""
+    write_tree(tmp_path, {"clusters/dev/kustomization.yaml": kustomization()})
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache"]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR   nothing-rendered" in out
+    assert "nothing of cluster dev (entry ./clusters/dev) was checked" in out
+    assert "not checked: flux-system/flux-system (rendered no object)" in out
+
+
+def test_an_entry_that_fails_to_build_says_nothing_was_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, {"clusters/dev/kustomization.yaml": kustomization("missing.yaml")})
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert {(f["check"], f["severity"]) for f in findings} >= {("render-failed", "error"), ("nothing-rendered", "error")}
+    nothing = next(f for f in findings if f["check"] == "nothing-rendered")
+    assert "flux-system/flux-system (failed to render)" in nothing["message"] and nothing["file"] == "clusters/dev"
+
+
+def test_tiers_of_other_sources_under_a_rendered_entry_are_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The entry rendered (its Kustomizations were checked as a graph): the tiers it could not follow are info lines."""
+    write_tree(tmp_path, flux_repo({"apps": ks("apps", "./apps", source="other-repo")}))
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert [(f["check"], f["severity"]) for f in findings] == [("not-rendered", "info")]

@@ -214,3 +214,23 @@ def test_a_tier_broken_by_the_change_is_reported_against_the_head_spec(tmp_path:
     failed = [r.finding for r in warm.findings if r.finding.check == "render-failed"]
     assert failed and failed == [r.finding for r in cold.findings if r.finding.check == "render-failed"]
     assert all(f.kustomization == TierId("flux-system", "apps") for f in failed)
+
+
+def test_nothing_rendered_on_both_sides_is_never_pre_existing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cluster that renders nothing before and after a change checked nothing: the CLI fails, the bot's status is failure."""
+    from handlers.precheck import result_state
+
+    root = tmp_path / "repo"
+    (root / "clusters/dev").mkdir(parents=True)
+    (root / "clusters/dev/kustomization.yaml").write_text("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n")
+    (root / "README.md").write_text("one\n")
+    repo = init_repo(root)
+    base = repo.head.commit.hexsha
+    (root / "README.md").write_text("two\n")
+    head = commit_all(repo, "docs")
+    review = review_repository(root, "dev", base, head)
+    assert [(r.finding.check, r.new) for r in review.findings] == [("nothing-rendered", True)]
+    assert review.new_errors == 1
+    assert result_state(review).status.state == "failure"
+    assert main(["check", "--repo", str(root), "--cluster", "dev", "--base", base, "--head", head, "--no-cache"]) == 1
+    assert "nothing-rendered" in capsys.readouterr().out
