@@ -28,7 +28,7 @@ def test_example_golden(example: Path, tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr()
     assert code == 0, out.err
     assert out.err == ""
-    assert_golden("build/home-ops-prod.yaml", out.out)
+    assert_golden("export/home-ops-prod.yaml", out.out)
     assert "config.kubernetes.io/origin" not in out.out  # our own build metadata never shows
     documents = [d for d in yaml.safe_load_all(out.out) if d is not None]
     assert len(documents) == 42  # what `check` counts for prod: 6 tiers, 42 objects
