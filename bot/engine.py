@@ -202,17 +202,24 @@ NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "a
 
 
 def nothing_rendered(render: ClusterRender) -> list[Finding]:
-    """An error when not one object of the cluster was rendered: nothing checked is not a pass.
+    """An error when the cluster's content was not rendered: nothing checked is not a pass.
 
-    Every tier applies another source, or failed to build, or built nothing (an empty entry path).
+    The entry path (the bootstrap Kustomization's) usually only wires the cluster up: when it applies
+    Kustomizations, at least one of them must render an object; when it applies none, it must render
+    one itself. A tier that applies another source, failed to build, or built nothing renders none.
     A tier that failed but still produced objects (a SOPS Secret without decryption) was checked,
     and its `render-failed` is the error.
     """
-    if any(t.rendered and len(t.manifests) for t in render.tiers.values()):
+    entry = next(iter(render.tiers), None)  # discovery order: the entry tier first
+    children = [tid for tid in render.tiers if tid != entry]
+    judged = children or list(render.tiers)
+    if any(render.tiers[tid].rendered and len(render.tiers[tid].manifests) for tid in judged):
         return []
-    reasons = [f"{tid} ({_why_not_rendered(t)})" for tid, t in render.tiers.items()]
+    unchecked = judged if entry is None or render.tiers[entry].rendered and children else [entry, *children]
+    reasons = [f"{tid} ({_why_not_rendered(render.tiers[tid])})" for tid in unchecked]
     listed = ", ".join(reasons[:NOT_CHECKED_LISTED]) + (f" and {len(reasons) - NOT_CHECKED_LISTED} more" if len(reasons) > NOT_CHECKED_LISTED else "")
-    message = f"nothing of cluster {render.cluster} (entry ./{render.entry}) was checked: no tier rendered an object; not checked: {listed}"
+    what = f"none of the {len(children)} Kustomization(s) its entry applies rendered an object" if children else "its entry rendered no object"
+    message = f"nothing of cluster {render.cluster} (entry ./{render.entry}) was checked: {what}; not checked: {listed or 'no tier'}"
     return [Finding("nothing-rendered", Severity.ERROR, message, location=SourceLocation(render.entry or "."))]
 
 

@@ -18,7 +18,7 @@ from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.metrics import Metrics
 from bot.model import Severity
-from bot.review import ClusterReview, review_repository
+from bot.review import ALWAYS_NEW, ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
 
@@ -132,8 +132,11 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
     verdict = review_verdict(review)
     stopped = resource_failure(review)
-    if review.new_errors:
-        status = Status("failure", f"{review.new_errors} new error(s) in {review.cluster}")
+    new_errors = review.new_errors
+    if stopped is not None:  # what a stopped build left unrendered is not a verdict either (bot.review.ALWAYS_NEW)
+        new_errors -= sum(1 for f in review.findings if f.new and f.finding.check in ALWAYS_NEW and f.finding.severity == Severity.ERROR)
+    if new_errors:
+        status = Status("failure", f"{new_errors} new error(s) in {review.cluster}")
     elif stopped is not None:
         # Killed or timed out on both sides pairs up as "pre-existing": never let that read as success.
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
@@ -141,7 +144,7 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
         parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {stopped}. Re-run with `/precheck {review.cluster}`.\n\n{rest}", *parts[1:])
     else:
         status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
-    conclusion = "failure" if review.new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
+    conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
 
 

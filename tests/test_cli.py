@@ -208,9 +208,24 @@ def test_an_entry_that_fails_to_build_says_nothing_was_checked(tmp_path: Path, c
     assert "flux-system/flux-system (failed to render)" in nothing["message"] and nothing["file"] == "clusters/dev"
 
 
-def test_tiers_of_other_sources_under_a_rendered_entry_are_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The entry rendered (its Kustomizations were checked as a graph): the tiers it could not follow are info lines."""
-    write_tree(tmp_path, flux_repo({"apps": ks("apps", "./apps", source="other-repo")}))
+def test_an_entry_whose_kustomizations_all_apply_other_sources_checked_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The entry only wires the cluster up: when none of the tiers it applies renders, its content went unchecked."""
+    write_tree(tmp_path, flux_repo({"apps": ks("apps", "./apps", source="other-repo"), "infra": ks("infra", "./infra", source_kind="OCIRepository")}))
+    assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    nothing = next(f for f in findings if f["check"] == "nothing-rendered")
+    assert nothing["message"] == (
+        "nothing of cluster dev (entry ./clusters/dev) was checked: none of the 2 Kustomization(s) its entry applies rendered an object; "
+        "not checked: flux-system/apps (applies GitRepository/other-repo, not this repository), "
+        "flux-system/infra (applies OCIRepository/flux-system, not this repository)"
+    )
+
+
+def test_one_rendered_tier_is_enough(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, flux_repo(
+        {"apps": ks("apps", "./apps", source="other-repo"), "local": ks("local", "./local")},
+        {"local/cm.yaml": dump(obj("v1", "ConfigMap", "x", "default"))},
+    ))
     assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["check"], f["severity"]) for f in findings] == [("not-rendered", "info")]

@@ -129,7 +129,10 @@ def test_a_failed_tier_exits_1_with_its_findings_on_stderr(tmp_path: Path, capsy
 
 
 def test_a_tier_of_another_source_is_not_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_tree(tmp_path, flux_repo({"ext": ks("ext", "./ext", source="other-repo")}))
+    write_tree(tmp_path, flux_repo(
+        {"ext": ks("ext", "./ext", source="other-repo"), "local": ks("local", "./local")},
+        {"local/cm.yaml": dump(obj("v1", "ConfigMap", "x", "default"))},
+    ))
     assert main(["build", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache"]) == 0  # the cluster rendered
     captured = capsys.readouterr()
     assert "# Kustomization flux-system/ext (path ./ext): not rendered: it applies GitRepository/other-repo" in captured.out
