@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Sequence
 
 from bot.cache import default_cache_dir
-from bot.config import RepoConfig, read_config_file
+from bot.config import RepoConfig, load_repo_config, read_config_file
 from bot.engine import CheckOptions, check_repository, tune_gc
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.report import format_markdown, format_text
+from bot.snapshot import read_config_text
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -166,9 +167,6 @@ def _config(args: argparse.Namespace) -> RepoConfig | None:
 
 def _working_tree_config(repo: Path) -> RepoConfig:
     """The working tree's `.fluxwarden.yaml` (read whatever `.sourceignore` says; the defaults when there is none)."""
-    from bot.config import load_repo_config
-    from bot.snapshot import read_config_text
-
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
     return load_repo_config(read_config_text(repo))
