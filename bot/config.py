@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from bot.errors import ConfigError, InputError
-from bot.model import SourceRef
+from bot.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
+from bot.model import Manifest, ObjectRef, SourceRef
 from bot.snapshot import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
-from bot.yamlio import MAX_FILE_BYTES, load_one
+from bot.yamlio import MAX_FILE_BYTES, load_all, load_one
+
 CLUSTERS_DIR = "clusters"
 
 
@@ -143,19 +146,70 @@ def _tier_order(raw: Any) -> TierOrderConfig | None:
 
 
 def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
-    """The entry path of a cluster: from config, else `clusters/<name>`."""
+    """The entry path of a cluster: from config, else as discovered (see `known_clusters`), else `clusters/<name>`."""
     if name in config.clusters:
         return config.clusters[name]
+    discovery = _discovery(config, snapshot) if not config.clusters else None
+    if discovery is not None and name in discovery.clusters:
+        return discovery.clusters[name]
     if "/" not in name and name not in ("", ".", "..") and snapshot.is_dir(f"{CLUSTERS_DIR}/{name}"):
-        return f"{CLUSTERS_DIR}/{name}"
+        applied_by = discovery.spokes.get(f"{CLUSTERS_DIR}/{name}") if discovery is not None else None
+        if applied_by is None:
+            return f"{CLUSTERS_DIR}/{name}"
+        known = ", ".join(sorted(discovery.clusters)) or "none found"  # type: ignore[union-attr]
+        raise ConfigError(f"{CLUSTERS_DIR}/{name} is not a cluster entry: {applied_by} (known clusters: {known})")
     known = ", ".join(sorted(known_clusters(config, snapshot))) or "none found"
     raise ConfigError(f"unknown cluster {name!r} (known: {known})")
 
 
 def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
-    """Every cluster of the repo: the configured ones, else each `clusters/*` dir no sibling includes."""
+    """Every cluster of the repo: the configured ones, else the entries found in it.
+
+    Found: each `clusters/<name>` that no sibling includes and no Kustomization outside it applies
+    (a hub's spoke); the path of a FluxInstance's `sync` (an object, a flux-instance HelmRelease, or
+    the chart's values file); a Kustomization that applies the directory it is written in (gotk-sync);
+    a directory holding `flux-system/gotk-sync.yaml` (`flux bootstrap`'s layout); else a `…/flux/cluster`
+    directory. Named `<name>` for `…/clusters/<name>`, `default` for the only entry of the repository,
+    else after the path's telling parts (`kubernetes/main/flux/cluster` → `main`).
+    """
     if config.clusters:
         return dict(config.clusters)
+    return dict(_discovery(config, snapshot).clusters)
+
+
+@dataclass(frozen=True)
+class _Discovery:
+    """The cluster entries found in a repository, and the `clusters/<x>` folders that are another cluster's spokes."""
+
+    clusters: Mapping[str, str]  # name -> entry path
+    spokes: Mapping[str, str]  # clusters/<x> -> what applies it
+
+
+@dataclass(frozen=True)
+class _FoundKustomization:
+    file: str
+    name: str
+    path: str
+    kube_config: str | None
+
+
+_DISCOVERIES: dict[tuple, _Discovery] = {}
+_GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
+
+
+def _discovery(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+    """What `known_clusters` finds, read once per snapshot."""
+    key = (str(snapshot.root), snapshot.tree.oid if snapshot.tree is not None else None, config.sources)
+    found = _DISCOVERIES.get(key)
+    if found is None:
+        if len(_DISCOVERIES) > 16:
+            _DISCOVERIES.clear()
+        found = _DISCOVERIES[key] = _discover(config, snapshot)
+    return found
+
+
+def _discover(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+    kustomizations, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
     dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
     included: set[str] = set()
     for name in dirs:
@@ -163,4 +217,119 @@ def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
             text = snapshot.read_text(f"{CLUSTERS_DIR}/{name}/{kfile}")
             if text is not None:
                 included.update(d for d in dirs if d != name and f"../{d}" in text)
-    return {name: f"{CLUSTERS_DIR}/{name}" for name in dirs if name not in included}
+    spokes: dict[str, str] = {}
+    for name in dirs:
+        folder = f"{CLUSTERS_DIR}/{name}"
+        for k in kustomizations:
+            if _within(k.path, folder) and not _within(k.file, folder):
+                target = f" to the cluster of {k.kube_config}" if k.kube_config else ""
+                spokes[folder] = f"Kustomization {k.name} in {k.file} applies {k.path}{target}"
+                break
+    # Written sync objects name an entry even inside a folder that looks like a spoke.
+    # A Kustomization that applies itself is a root unless another one applies its directory (an app that lists its own ks.yaml).
+    roots = [
+        k.path for k in kustomizations
+        if not any(o.file != k.file and _within(k.file, o.path) for o in kustomizations) and _applies_itself(k, snapshot)
+    ]
+    found = [*sync_paths, *roots, *bootstrap_dirs]
+    entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
+    entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
+    if not entries:
+        entries = flux_cluster_dirs[:1]
+    names: dict[str, str] = {}
+    for path in entries:
+        parts = path.split("/") if path else []
+        if len(parts) >= 2 and parts[-2] == CLUSTERS_DIR:
+            name = parts[-1]
+        elif len(entries) == 1:
+            name = "default"
+        else:
+            name = "-".join(p for p in parts if p not in _GENERIC_PARTS) or "default"
+        while name in names:
+            name = path.replace("/", "-") if name != path.replace("/", "-") else f"{name}-2"
+        names[name] = path
+    return _Discovery(names, spokes)
+
+
+def _applies_itself(kustomization: _FoundKustomization, snapshot: Snapshot) -> bool:
+    """Whether a Kustomization's build includes the file that defines it (gotk-sync): a cluster's root.
+
+    An app's `ks.yaml` next to the files it applies is not one: its directory's kustomization leaves it out.
+    """
+    if not _within(kustomization.file, kustomization.path):
+        return False
+    from bot.generate import KustomizationIndex  # the generator's reading of kustomization files
+
+    return kustomization.file in KustomizationIndex(snapshot).reach(kustomization.path, aliases=False)[1]
+
+
+def _within(path: str, directory: str) -> bool:
+    return directory == "" or path == directory or path.startswith(directory + "/")
+
+
+def _scan(config: RepoConfig, snapshot: Snapshot) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
+    """Every YAML file of the repository, read for Flux Kustomizations on this repository, FluxInstance
+    sync paths and bootstrap directories (text-filtered first: only a few files are parsed)."""
+    kustomizations: list[_FoundKustomization] = []
+    sync_paths: list[str] = []
+    bootstrap_dirs: list[str] = []
+    flux_cluster_dirs: list[str] = []
+    stack = [""]
+    seen = 0
+    while stack and seen < _MAX_SCANNED_FILES:
+        directory = stack.pop()
+        subdirs, names = snapshot.list_dir(directory)
+        stack.extend(posixpath.join(directory, d) if directory else d for d in reversed(subdirs))
+        if posixpath.basename(directory) == "cluster" and posixpath.basename(posixpath.dirname(directory)) == "flux":
+            flux_cluster_dirs.append(directory)
+        if posixpath.basename(directory) == "flux-system" and "gotk-sync.yaml" in names:
+            bootstrap_dirs.append(posixpath.dirname(directory))
+        for name in names:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            seen += 1
+            rel = posixpath.join(directory, name) if directory else name
+            text = snapshot.read_text(rel) or ""
+            if "kustomize.toolkit.fluxcd.io" not in text and "sync:" not in text:
+                continue
+            try:
+                docs = load_all(text, rel)
+            except InputError:
+                continue
+            for doc in docs:
+                if isinstance(doc, dict):
+                    _read_doc(config, rel, doc, kustomizations, sync_paths)
+    return kustomizations, sync_paths, bootstrap_dirs, sorted(flux_cluster_dirs)
+
+
+_MAX_SCANNED_FILES = 50_000
+
+
+def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_FoundKustomization], sync_paths: list[str]) -> None:
+    """One YAML document of the scan: a Flux Kustomization on this repo, a FluxInstance (object, HelmRelease
+    of the flux-instance chart, or the chart's values file) syncing this repo."""
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    api_version, kind = str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")
+    namespace = str(meta.get("namespace") or "flux-system")
+    if "kind" not in doc and isinstance(doc.get("instance"), dict):  # the chart's values, read by a helmfile or valuesFrom
+        doc = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "metadata": {"name": "values"}, "spec": {"values": doc}}
+        api_version, kind = doc["apiVersion"], doc["kind"]
+    ref = ObjectRef(api_version, kind, namespace, str(meta.get("name") or ""))
+    manifest = Manifest(ref, doc)
+    if is_flux_kustomization(manifest):
+        try:
+            spec = tier_spec(manifest, None)
+        except TierSpecError:
+            return
+        if config.is_this_repo(spec.source):
+            kustomizations.append(_FoundKustomization(rel, str(spec.id), spec.path, spec.kube_config))
+        return
+    sync = operator_sync(manifest)
+    if sync is None:
+        return
+    try:
+        spec = tier_spec(Manifest(ref, sync.kustomization), None)
+    except TierSpecError:
+        return
+    if config.is_this_repo(spec.source):
+        sync_paths.append(spec.path)

@@ -260,6 +260,8 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
             prune=t.spec.prune,
             objects=len(t.manifests),
             rendered=t.rendered,
+            source_path=t.spec.source_path,
+            kube_config=t.spec.kube_config,
         )
         for t in (render.tiers[tid] for tid in order)
     )

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from bot.model import HealthCheck, Manifest, SourceLocation, SourceRef, SubstituteFrom, TierId, TierSpec
 from bot.snapshot import normalise_repo_path
 
 KUSTOMIZATION_GROUP = "kustomize.toolkit.fluxcd.io"
+FLUX_INSTANCE_GROUP = "fluxcd.controlplane.io"
+HELM_RELEASE_GROUP = "helm.toolkit.fluxcd.io"
 # v1beta1 used `validation`/different fields but the same shape for what we read.
 KUSTOMIZATION_VERSIONS = ("v1", "v1beta2", "v1beta1")
 SUBSTITUTE_ANNOTATION = "kustomize.toolkit.fluxcd.io/substitute"
@@ -85,7 +89,23 @@ def tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
         decryption=bool(spec.get("decryption")),
         defined_in=defined_in,
         origin=manifest.origin,
+        kube_config=_kube_config(spec.get("kubeConfig"), namespace),
     )
+
+
+def _kube_config(raw: Any, namespace: str) -> str | None:
+    """`Secret/ns/name` (or ConfigMap) of `spec.kubeConfig`: the cluster the Kustomization applies to.
+
+    Both references are local to the Kustomization's namespace (kustomize-controller api/v1
+    KubeConfigReference: a SecretKeyReference or a LocalObjectReference).
+    """
+    if not raw:
+        return None
+    for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+        ref = raw.get(key) if isinstance(raw, dict) else None
+        if isinstance(ref, dict) and ref.get("name"):
+            return f"{kind}/{namespace}/{ref['name']}"
+    return "kubeConfig"
 
 
 def _health_checks(spec: Mapping[str, Any], namespace: str) -> tuple[HealthCheck, ...]:
@@ -112,3 +132,84 @@ def entry_tier(path: str, origin: SourceLocation | None = None) -> TierSpec:
         prune=True,
         origin=origin,
     )
+
+
+@dataclass(frozen=True)
+class OperatorSync:
+    """The sync Kustomization the Flux Operator generates for a FluxInstance, and the patches that reach it."""
+
+    kustomization: Mapping[str, Any]
+    patches: tuple[Mapping[str, Any], ...] = ()
+
+
+def operator_sync(manifest: Manifest) -> OperatorSync | None:
+    """The sync Kustomization of a FluxInstance, as an object or as the flux-instance chart's HelmRelease values.
+
+    The operator names the source and the Kustomization `sync.name`, else after the FluxInstance's
+    namespace, and renders the Kustomization with `path: sync.path`, `prune: true` and nothing else
+    (flux-operator internal/builder/templates.go `syncTmpl`; `sync.interval` is the source's). It
+    builds it in one kustomization with the controllers, so `kustomize.patches` that target a
+    Kustomization patch it (e.g. the documented `spec.decryption` patch); the rest patch the controllers.
+    The flux-instance chart templates the FluxInstance into the release namespace, with `sync` only
+    when `instance.sync.url` is set (controlplaneio-fluxcd/charts flux-instance templates/instance.yaml).
+    """
+    body, ref = manifest.body, manifest.ref
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    if ref.kind == "FluxInstance" and ref.group == FLUX_INSTANCE_GROUP:
+        namespace = ref.namespace or DEFAULT_NAMESPACE
+        sync, kustomize = spec.get("sync"), spec.get("kustomize")
+    elif ref.kind == "HelmRelease" and ref.group == HELM_RELEASE_GROUP:
+        instance = (spec.get("values") or {}).get("instance") if isinstance(spec.get("values"), dict) else None
+        if not isinstance(instance, dict):
+            return None
+        namespace = str(spec.get("targetNamespace") or ref.namespace or DEFAULT_NAMESPACE)
+        sync, kustomize = instance.get("sync"), instance.get("kustomize")
+        if not isinstance(sync, dict) or not sync.get("url"):
+            return None
+    else:
+        return None
+    if not isinstance(sync, dict) or not isinstance(sync.get("path"), str):
+        return None
+    name = str(sync.get("name") or namespace)
+    kustomization = {
+        "apiVersion": f"{KUSTOMIZATION_GROUP}/v1",
+        "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "interval": "10m0s",
+            "path": sync["path"],
+            "prune": True,
+            "sourceRef": {"kind": str(sync.get("kind") or "GitRepository"), "name": name},
+        },
+    }
+    raw_patches = kustomize.get("patches") if isinstance(kustomize, dict) else None
+    patches = tuple(
+        {k: p[k] for k in ("patch", "target") if k in p}  # inline only: a `path` would read a file we never vetted
+        for p in raw_patches or []
+        if isinstance(p, dict) and isinstance(p.get("patch"), str) and _may_patch_kustomization(p, name)
+    )
+    return OperatorSync(kustomization, patches)
+
+
+def _may_patch_kustomization(patch: Mapping[str, Any], name: str) -> bool:
+    """Whether a FluxInstance patch can select the sync Kustomization (kustomize's anchored regex selectors)."""
+    target = patch.get("target")
+    if isinstance(target, dict):
+        return all(
+            _selects(target.get(key), value)
+            for key, value in (("kind", "Kustomization"), ("group", KUSTOMIZATION_GROUP), ("name", name))
+        )
+    # No target: a strategic merge patch selects by its own kind and name.
+    head = re.search(r"^kind:\s*(\S+)", patch["patch"], re.MULTILINE)
+    return head is not None and head.group(1) == "Kustomization"
+
+
+def _selects(selector: Any, value: str) -> bool:
+    if selector in (None, ""):
+        return True
+    try:
+        return re.fullmatch(str(selector), value) is not None
+    except re.error:
+        return False

@@ -168,6 +168,11 @@ class TierSpec:
     decryption: bool = False
     defined_in: TierId | None = None  # the tier (or None for the cluster entry) that applies this Kustomization
     origin: SourceLocation | None = None
+    # `spec.kubeConfig`: the cluster it applies to is another one, named by its kubeConfig (`Secret/ns/name`)
+    kube_config: str | None = None
+    # `spec.path` as written, inside a source that is not the repository's own tree (an ExternalArtifact
+    # assembled from this repository); `path` is then the repository directory it maps onto
+    source_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from bot import substitute as envsubst
 from bot.cache import BuildCache, ContentHasher, versioned_key
 from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
-from bot.flux import SUBSTITUTE_ANNOTATION, TierSpecError, entry_tier, is_flux_kustomization, tier_spec
+from bot.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place, unreadable
+from bot.flux import SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, entry_tier, is_flux_kustomization, operator_sync, tier_spec
 from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
@@ -39,7 +40,14 @@ ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
 _MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
 _CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
-_FLUX_KUSTOMIZATION = re.compile(r"^apiVersion: kustomize\.toolkit\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: Kustomization[ \t]*$", re.MULTILINE)
+# What a graph-only render keeps of a build: Flux Kustomizations, and the ArtifactGenerators and
+# FluxInstances that say where some of them read and how the entry is built.
+_FLUX_KUSTOMIZATION = re.compile(
+    r"^apiVersion: (?:kustomize\.toolkit\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: Kustomization"
+    r"|source\.extensions\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: ArtifactGenerator"
+    r"|fluxcd\.controlplane\.io/[^\n]*\n(?:[^\n]*\n)*?kind: FluxInstance)[ \t]*$",
+    re.MULTILINE,
+)
 # Values that come from a Secret are never shown; they render as this marker instead.
 # (No leading `*`: kustomize emits `${S}` unquoted, and `**…` would then parse as a YAML alias.)
 SECRET_MASK = "<masked:{name}>"
@@ -90,7 +98,8 @@ class CachedDocuments(Sequence[RawDocument]):
 
 
 class StoredManifests(Sequence[Manifest]):
-    """A cached finished tier's objects: counted and its Flux Kustomizations known, the rest unpickled on first use."""
+    """A cached finished tier's objects: counted and its discovery objects known (`kustomizations`, see
+    `is_discovery_object`), the rest unpickled on first use."""
 
     def __init__(self, cache: BuildCache, finish_key: str, count: int, kustomizations: tuple[Manifest, ...]) -> None:
         self._cache, self._key, self._manifests = cache, finish_key, None
@@ -178,9 +187,14 @@ class RenderedTier:
 
     def flux_kustomizations(self) -> Sequence[Manifest]:
         """Its Flux Kustomizations (known without loading a cached tier's other objects)."""
+        return [m for m in self.discovery_objects() if is_flux_kustomization(m)]
+
+    def discovery_objects(self) -> Sequence[Manifest]:
+        """Its Flux Kustomizations, ArtifactGenerators and FluxInstances (see `is_discovery_object`), known
+        without loading a cached tier's other objects."""
         if isinstance(self.manifests, StoredManifests):
             return self.manifests.kustomizations
-        return [m for m in self.manifests if is_flux_kustomization(m)]
+        return [m for m in self.manifests if is_discovery_object(m)]
 
 
 @dataclass(frozen=True)
@@ -511,8 +525,11 @@ class Renderer:
     ) -> ClusterRender:
         """Render the entry path and follow every Kustomization on this repository, to any depth.
 
-        `graph_only` keeps only the Flux Kustomizations of each tier (enough for another cluster's graph).
-        `on_finished` is called with each finished tier while other tiers may still be building.
+        The entry tier is the cluster's own sync Kustomization when git holds it (`flux bootstrap`'s
+        gotk-sync in the entry path, or a FluxInstance's `spec.sync`), else the one `flux bootstrap`
+        would create. `graph_only` keeps only the Flux Kustomizations of each tier (and the objects
+        that define sources and the sync). `on_finished` is called with each finished tier while
+        other tiers may still be building.
         """
         render_key = None
         if self.cache is not None and self.snapshot.tree is not None:
@@ -521,16 +538,38 @@ class Renderer:
             remembered = self._remembered_render(render_key, cluster, entry)
             if remembered is not None:
                 return remembered
+        entry_spec = entry_tier(entry)
+        for _ in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
+            run = self._render_tiers(entry, entry_spec, graph_only, on_finished)
+            if run.better_entry is None:
+                break
+            entry_spec = run.better_entry
+        self._save_tree_builds()
+        if render_key is not None and not any(t.failed for t in run.tiers.values()):  # a failure may be a timeout
+            self._remember_render(render_key, run.tiers, run.finish_findings, run.findings)
+        return ClusterRender(cluster, entry, run.tiers, tuple(run.findings), self.snapshot)
+
+    def _render_tiers(
+        self, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None
+    ) -> "_TierRun":
+        """One pass over the cluster from `entry_spec`; it stops early when the entry tier shows a better entry spec."""
         findings: list[Finding] = []
         tiers: dict[TierId, RenderedTier] = {}
         finish_findings: dict[TierId, list[Finding]] = {}
         built: dict[TierId, RawTier] = {}
         objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
-        entry_spec = entry_tier(entry)
+        artifacts: dict[tuple[str, str], Artifact] = {}  # (namespace, name) → what an ArtifactGenerator in git makes
+        placed: dict[TierId, tuple[Artifact, Placement]] = {}
+        waiting: list[TierSpec] = []  # ExternalArtifact tiers whose generator has not been rendered yet
         # Builds report through a queue: waiting on a set of futures costs a pass over all of them
         # each time, and a commit seen before schedules hundreds of tiers that are ready at once.
         done: queue.SimpleQueue[Future[RawTier]] = queue.SimpleQueue()
         outstanding = 0
+
+        def not_rendered(spec: TierSpec, message: str) -> None:
+            tiers[spec.id] = RenderedTier(spec=spec)
+            findings.append(Finding("not-rendered", Severity.INFO, message, kustomization=spec.id, location=spec.origin))
+
         with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="render") as pool:
 
             def schedule(spec: TierSpec) -> None:
@@ -544,9 +583,33 @@ class Renderer:
                 else:
                     pool.submit(self.build_tier, spec).add_done_callback(done.put)
 
+            def admit(spec: TierSpec) -> bool:
+                """Schedule a discovered tier, or say why its content is not rendered; False: its artifact is not known yet."""
+                if spec.source.kind == "ExternalArtifact":
+                    artifact = artifacts.get((spec.source.namespace, spec.source.name))
+                    if artifact is None:
+                        return False
+                    placement = place(artifact, spec.path)
+                    if isinstance(placement, str):
+                        not_rendered(spec, f"{spec.id} applies {spec.source}: {placement}; its content is not rendered")
+                        return True
+                    mapped = replace(spec, path=placement.path, source_path=spec.path)
+                    placed[spec.id] = (artifact, placement)
+                    schedule(mapped)
+                elif self.config.is_this_repo(spec.source):
+                    schedule(spec)
+                else:
+                    not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
+                return True
+
             scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
             schedule(entry_spec)
-            while outstanding or built:
+            while outstanding or built or waiting:
+                if not (outstanding or built):  # only tiers on artifacts no tier in git generates
+                    for spec in waiting:
+                        not_rendered(spec, f"{spec.id} applies {spec.source}, which no ArtifactGenerator in git produces; its content is not rendered")
+                    waiting = []
+                    break
                 arrived = [done.get()] if outstanding else []
                 while True:  # and whatever else is ready
                     try:
@@ -556,6 +619,11 @@ class Renderer:
                 outstanding -= len(arrived)
                 for future in arrived:
                     raw = future.result()
+                    if raw.spec.id in placed and not raw.failed:
+                        raw, why = self._within_artifact(raw, *placed[raw.spec.id])
+                        if why is not None:
+                            not_rendered(raw.spec, why)
+                            continue
                     built[raw.spec.id] = raw
                     findings.extend(raw.findings)
                     for key, position in raw.document_index.config.items():
@@ -566,34 +634,123 @@ class Renderer:
                         continue  # its substituteFrom may be rendered by a tier still building
                     del built[tid]
                     rendered, tier_findings = self._finish(raw, objects, graph_only)
+                    if tid == entry_spec.id:
+                        own = self._bootstrap_spec(rendered, entry)
+                        if own is not None and not _same_tier(own, entry_spec):
+                            return _TierRun({}, {}, [], own)  # the tier's own Kustomization says how it is built
+                        if own is not None:
+                            entry_spec = own
+                            rendered = replace(rendered, spec=own)
                     tiers[tid] = rendered
                     finish_findings[tid] = tier_findings
                     if on_finished is not None:
                         on_finished(rendered)
                     findings.extend(tier_findings)
+                    new_artifacts = False
+                    for manifest in rendered.discovery_objects():
+                        if is_artifact_generator(manifest):
+                            for key, artifact in generated_artifacts(manifest, self.config.is_this_repo, self.snapshot).items():
+                                new_artifacts |= artifacts.setdefault(key, artifact) is artifact
                     for spec in self._discover(rendered, entry, findings):
                         if spec.id in scheduled:
                             if scheduled[spec.id] != spec and spec.id != entry_spec.id:
                                 findings.append(_failed(spec.id, f"{spec.id} is defined more than once with different specs; the first one is used", spec.origin, Severity.WARNING))
                             continue
                         scheduled[spec.id] = spec
-                        if self.config.is_this_repo(spec.source):
-                            schedule(spec)
-                        else:
-                            tiers[spec.id] = RenderedTier(spec=spec)
-                            findings.append(
-                                Finding(
-                                    "not-rendered",
-                                    Severity.INFO,
-                                    f"{spec.id} applies {spec.source}, not this repository; its content is not rendered",
-                                    kustomization=spec.id,
-                                    location=spec.origin,
-                                )
+                        if rendered.spec.kube_config is not None:
+                            # Applied to another cluster as an object: that cluster's Flux reconciles it, with its sources.
+                            not_rendered(
+                                replace(spec, kube_config=rendered.spec.kube_config),
+                                f"{spec.id} is applied by {tid} to the cluster of {rendered.spec.kube_config}; it is reconciled there, not rendered here",
                             )
-        self._save_tree_builds()
-        if render_key is not None and not any(t.failed for t in tiers.values()):  # a failure may be a timeout
-            self._remember_render(render_key, tiers, finish_findings, findings)
-        return ClusterRender(cluster, entry, tiers, tuple(findings), self.snapshot)
+                        elif not admit(spec):
+                            waiting.append(spec)
+                    if new_artifacts:
+                        waiting = [spec for spec in waiting if not admit(spec)]
+        better = self._operator_entry(tiers, entry, entry_spec, findings) if entry_spec.origin is None else None
+        return _TierRun(tiers, finish_findings, findings, better)
+
+    def _bootstrap_spec(self, tier: RenderedTier, entry: str) -> TierSpec | None:
+        """The Kustomization in the entry tier's own output that applies the entry path from this repository
+        (`flux bootstrap`'s gotk-sync, as patched by its kustomization): the truth about the entry tier."""
+        for manifest in tier.flux_kustomizations():
+            try:
+                spec = tier_spec(replace(manifest, origin=self.locate(manifest)), None)
+            except TierSpecError:
+                continue  # `_discover` reports it
+            if spec.path == entry and self.config.is_this_repo(spec.source):
+                return spec
+        return None
+
+    def _operator_entry(
+        self, tiers: dict[TierId, RenderedTier], entry: str, current: TierSpec, findings: list[Finding]
+    ) -> TierSpec | None:
+        """The sync Kustomization a FluxInstance in git (object or flux-instance HelmRelease) makes for the entry
+        path, when it differs from `current`; its location becomes the entry tier's either way."""
+        for tier in tiers.values():
+            for manifest in tier.discovery_objects():
+                sync = operator_sync(manifest)
+                if sync is None or normalise_repo_path(str(sync.kustomization["spec"]["path"])) != entry:
+                    continue
+                origin = self.locate(manifest)
+                body = self._patched_sync(sync, tier.spec.id, origin, findings)
+                try:
+                    spec = tier_spec(Manifest(_ref(body) or manifest.ref, body, origin), None)
+                except TierSpecError:
+                    continue
+                if spec.path != entry or not self.config.is_this_repo(spec.source):
+                    continue
+                if _same_tier(spec, current) and current.id in tiers:
+                    tiers[current.id] = replace(tiers[current.id], spec=spec)
+                    return None
+                return spec
+        return None
+
+    def _patched_sync(self, sync: OperatorSync, tier: TierId, origin: SourceLocation | None, findings: list[Finding]) -> Mapping[str, Any]:
+        """The operator's sync Kustomization with the FluxInstance's patches that target it, applied by kustomize."""
+        if not sync.patches:
+            return sync.kustomization
+        workdir = self._work / f"sync-{next(self._counter):05d}"
+        workdir.mkdir(parents=True)
+        (workdir / "sync.yaml").write_text(yaml.safe_dump(dict(sync.kustomization)), encoding="utf-8")
+        kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["sync.yaml"], "patches": list(sync.patches)}
+        (workdir / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
+        try:
+            text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
+            body = yaml.load(text, Loader=FastSafeLoader)
+        except (RenderError, yaml.YAMLError) as exc:
+            findings.append(
+                Finding(
+                    "not-rendered",
+                    Severity.INFO,
+                    f"the FluxInstance's kustomize.patches could not be applied to its sync Kustomization ({self.sanitise(str(exc), workdir)}); "
+                    "the entry tier is rendered without them",
+                    kustomization=tier,
+                    location=origin,
+                )
+            )
+            return sync.kustomization
+        return body if isinstance(body, dict) else sync.kustomization
+
+    def _within_artifact(self, raw: RawTier, artifact: Artifact, placement: Placement) -> tuple[RawTier, str | None]:
+        """A build of a tier on an ExternalArtifact, checked against what the artifact holds: failed when it
+        reads what the artifact lacks; with a reason not to render it when it reads what the artifact holds
+        from elsewhere in the repository."""
+        spec = raw.spec
+        absent, elsewhere = unreadable(artifact, placement, raw.inputs)
+        if elsewhere:
+            return raw, (
+                f"{spec.id} applies {spec.source}, where {elsewhere[0]} is not at its place in the repository "
+                f"({artifact.generator} assembles it from elsewhere); its content is not rendered"
+            )
+        if not absent:
+            return raw, None
+        shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+        message = (
+            f"the build reads {shown}, which {artifact.generator} does not copy into {spec.source}: "
+            "kustomize-controller cannot find it there"
+        )
+        return RawTier(spec, inputs=raw.inputs, failed=True, findings=(_failed(spec.id, message, spec.origin),)), None
 
     def _remember_render(
         self, key: str, tiers: Mapping[TierId, RenderedTier], finish_findings: Mapping[TierId, list[Finding]], findings: list[Finding]
@@ -922,7 +1079,30 @@ TierSummary = tuple[RenderedTier, int, tuple[Manifest, ...]]
 
 
 def _summary(tier: RenderedTier) -> TierSummary:
-    return replace(tier, manifests=()), len(tier.manifests), tuple(tier.flux_kustomizations())
+    return replace(tier, manifests=()), len(tier.manifests), tuple(tier.discovery_objects())
+
+
+class _TierRun(NamedTuple):
+    """One pass of `render_cluster`: its tiers and findings, or the better entry spec it stopped for."""
+
+    tiers: dict[TierId, RenderedTier]
+    finish_findings: dict[TierId, list[Finding]]
+    findings: list[Finding]
+    better_entry: TierSpec | None
+
+
+def _same_tier(a: TierSpec, b: TierSpec) -> bool:
+    """Whether two specs render the same tier (where they are written aside)."""
+    return replace(a, origin=None, defined_in=None) == replace(b, origin=None, defined_in=None)
+
+
+def is_discovery_object(manifest: Manifest) -> bool:
+    """Objects a render follows: Flux Kustomizations, ArtifactGenerators and FluxInstances (objects or chart values)."""
+    return (
+        is_flux_kustomization(manifest)
+        or is_artifact_generator(manifest)
+        or (manifest.ref.kind in ("FluxInstance", "HelmRelease") and operator_sync(manifest) is not None)
+    )
 
 
 def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:

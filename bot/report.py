@@ -22,9 +22,11 @@ class TierSummary:
     prune: bool
     objects: int
     rendered: bool
+    source_path: str | None = None  # the path inside an ExternalArtifact that `path` maps onto
+    kube_config: str | None = None  # applied to another cluster: its spec.kubeConfig
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.id.name,
             "namespace": self.id.namespace,
             "path": self.path,
@@ -33,6 +35,20 @@ class TierSummary:
             "prune": self.prune,
             "objects": self.objects,
         }
+        if self.source_path is not None:
+            out["source"] = {"ref": str(self.source), "path": self.source_path}
+        if self.kube_config is not None:
+            out["kubeConfig"] = self.kube_config
+        return out
+
+    def where(self) -> str:
+        """`./path`, with the artifact path it maps from and the cluster it applies to when they are not the obvious ones."""
+        text = f"./{self.path}"
+        if self.source_path is not None:
+            text += f" (./{self.source_path} of {self.source})"
+        if self.kube_config is not None:
+            text += f" → cluster of {self.kube_config}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -106,7 +122,7 @@ def format_text(report: CheckReport) -> str:
         flags = ", ".join(flag for flag, on in (("wait", tier.wait), ("prune", tier.prune)) if on)
         deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
         content = f"{tier.objects} objects" if tier.rendered else "not rendered"
-        lines.append(f"  {tier_id}  ./{tier.path}  {content}{' [' + flags + ']' if flags else ''}{deps}")
+        lines.append(f"  {tier_id}  {tier.where()}  {content}{' [' + flags + ']' if flags else ''}{deps}")
     return "\n".join(lines) + "\n"
 
 
@@ -146,7 +162,7 @@ def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
     for tier_id in report.order:
         t = by_id[tier_id]
         parts.append(
-            f"| {_cell(str(t.id))} | `./{t.path}` | {t.objects if t.rendered else 'not rendered'} | "
+            f"| {_cell(str(t.id))} | `{_cell(t.where())}` | {t.objects if t.rendered else 'not rendered'} | "
             f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {_cell(', '.join(str(d) for d in t.depends_on))} |"
         )
     parts += ["", "</details>", ""]
