@@ -16,8 +16,11 @@ once, in TierId order), then any of those again, then a tier that applied it on 
 one tier a repeated identity (kustomize allows two apiVersions of one object) keeps the last in
 build order, as the later apply is what ends up on the cluster.
 
-Tiers that are not rendered (another source) or failed to render on either side are not compared
-(`ClusterDiff.uncompared`): a partial build would show spurious removals.
+Tiers that are not rendered (another source) or whose build failed on either side are not compared
+(`ClusterDiff.uncompared`): a partial build would show spurious removals. A tier that failed on a side
+after its build (an object kustomize-controller would reject, a SOPS Secret it cannot decrypt) still has
+its objects there: the objects present on both sides are diffed (`ClusterDiff.partial`), so a change to
+such a tier is shown, and nothing is reported added, removed or moved for it.
 
 Secrets. Values never reach the output: `mask_secret` replaces every Secret data/stringData value
 and every SOPS ciphertext with a constant, and key-level changes are computed on the raw values
@@ -121,6 +124,7 @@ class ClusterDiff:
     added_tiers: tuple[TierId, ...] = ()
     removed_tiers: tuple[TierId, ...] = ()
     uncompared: tuple[TierId, ...] = ()  # not rendered or failed on a side: content not compared
+    partial: tuple[TierId, ...] = ()  # failed on a side with its objects: only objects on both sides compared
 
     def changed_tiers(self) -> frozenset[TierId]:
         """Tiers whose build or existence changed, including the sources of moves."""
@@ -215,6 +219,7 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
     uncompared = sorted(
         {t for t, r in base_tiers.items() if not _comparable(r)} | {t for t, r in head.tiers.items() if not _comparable(r)}
     )
+    partial = [t for t in uncompared if t in base_tiers and t in head.tiers and base_tiers[t].rendered and head.tiers[t].rendered]
     # A tier the review finished once for both sides (same build, same variables) shares its
     # manifests: nothing in it changed, and none of its objects can be the end of a move.
     same = {t for t, r in head.tiers.items() if t in base_tiers and r.manifests and base_tiers[t].manifests is r.manifests}
@@ -257,6 +262,13 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
         if key not in consumed:
             changes.append(_object_change(ChangeKind.ADDED, key[0], None, None, new[key]))
 
+    for tier in partial:
+        old_objects, new_objects = _entries({tier: base_tiers[tier]}, set()), _entries({tier: head.tiers[tier]}, set())
+        for key in sorted(old_objects.keys() & new_objects.keys()):
+            change = _object_change(ChangeKind.CHANGED, tier, None, old_objects[key], new_objects[key])
+            if change is not None:
+                changes.append(change)
+
     by_tier: dict[TierId, list[ObjectChange]] = {}
     for change in changes:
         by_tier.setdefault(change.tier, []).append(change)
@@ -267,7 +279,8 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
         tiers=tuple(tier_diffs),
         added_tiers=tuple(sorted(head.tiers.keys() - base_tiers.keys())),
         removed_tiers=tuple(sorted(base_tiers.keys() - head.tiers.keys())),
-        uncompared=tuple(uncompared),
+        uncompared=tuple(t for t in uncompared if t not in partial),
+        partial=tuple(partial),
     )
 
 

@@ -125,7 +125,7 @@ def _tier_flags(review: ClusterReview, tier: TierId) -> list[str]:
 
 def _input_only_tiers(review: ClusterReview) -> list[TierId]:
     """Tiers the change touched (inputs) whose render is the same on both sides."""
-    return sorted(review.changed_tiers - review.diff.changed_tiers() - set(review.diff.uncompared))
+    return sorted(review.changed_tiers - review.diff.changed_tiers() - set(review.diff.uncompared) - set(review.diff.partial))
 
 
 def _kind_counts(changes: Iterable[ObjectChange]) -> str:
@@ -178,6 +178,7 @@ def format_review_text(review: ClusterReview) -> str:
         ("removed tiers without compared objects", [t for t in review.diff.removed_tiers if t not in listed]),
         ("inputs changed, same render", _input_only_tiers(review)),
         ("not compared (not rendered or failed on a side)", list(review.diff.uncompared)),
+        ("compared in part (failed on a side: objects on both sides only)", list(review.diff.partial)),
     ]
     for label, ids in extra:
         if ids:
@@ -224,6 +225,7 @@ def review_to_json(review: ClusterReview) -> dict[str, Any]:
         "addedTiers": [str(t) for t in review.diff.added_tiers],
         "removedTiers": [str(t) for t in review.diff.removed_tiers],
         "uncomparedTiers": [str(t) for t in review.diff.uncompared],
+        **({"partlyComparedTiers": [str(t) for t in review.diff.partial]} if review.diff.partial else {}),
     }
 
 
@@ -470,6 +472,7 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
         ("Removed tiers", list(review.diff.removed_tiers)),
         ("Inputs changed, same render", _input_only_tiers(review)),
         ("Not compared (not rendered or failed on a side)", list(review.diff.uncompared)),
+        ("Compared in part (failed on a side: objects on both sides only)", list(review.diff.partial)),
     ]
     note_lines = [f"- {label}: {_name_list(ids)}." for label, ids in notes if ids]
     short_notes = [f"- {label}: {len(ids):,}." for label, ids in notes if ids]

@@ -369,7 +369,18 @@ def test_uncompared_tiers_produce_no_spurious_changes(mode: str) -> None:
     head = render({"apps": [cm()]}, **{mode: ("apps",)})
     diff = diff_clusters(base, head)
     assert diff.tiers == ()
-    assert diff.uncompared == (tid("apps"),)
+    # A tier that failed with its objects is compared in part: nothing is reported removed.
+    assert (diff.uncompared, diff.partial) == (((), (tid("apps"),)) if mode == "failed" else ((tid("apps"),), ()))
+
+
+def test_failed_tier_shows_changes_to_objects_on_both_sides() -> None:
+    """A tier failing on a side (e.g. a SOPS Secret without decryption) still shows what changed in it."""
+    base = render({"flux-system": [cm(key="1"), deployment()]}, failed=("flux-system",))
+    head = render({"flux-system": [cm(key="2"), cm("new")]})
+    diff = diff_clusters(base, head)
+    assert diff.partial == (tid("flux-system"),) and diff.uncompared == ()
+    assert kinds(diff) == [("changed", "ConfigMap/default/settings", "flux-system", None)]
+    assert diff.changed_tiers() == {tid("flux-system")}
 
 
 def test_largest_tier_last() -> None:
