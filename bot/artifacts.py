@@ -66,12 +66,12 @@ def generated_artifacts(manifest: Manifest, is_this_repo: Callable[[SourceRef], 
     if not isinstance(spec, dict):
         return {}
     aliases: dict[str, bool] = {}
-    for source in spec.get("sources") or []:
+    for source in _list(spec.get("sources")):
         if isinstance(source, dict) and source.get("alias"):
             ref = SourceRef(str(source.get("kind", "")), str(source.get("name", "")), str(source.get("namespace") or namespace))
             aliases[str(source["alias"])] = is_this_repo(ref)
     out: dict[tuple[str, str], Artifact] = {}
-    for artifact in spec.get("artifacts") or []:
+    for artifact in _list(spec.get("artifacts")):
         if not isinstance(artifact, dict) or not artifact.get("name"):
             continue
         key = (namespace, str(artifact["name"]))
@@ -80,7 +80,7 @@ def generated_artifacts(manifest: Manifest, is_this_repo: Callable[[SourceRef], 
             continue
         copies: list[Copy] = []
         problem = None
-        for op in artifact.get("copy") or []:
+        for op in _list(artifact.get("copy")):
             parsed = _copy(op, aliases, snapshot)
             if isinstance(parsed, str):
                 problem = f"{label} {parsed}"
@@ -88,6 +88,10 @@ def generated_artifacts(manifest: Manifest, is_this_repo: Callable[[SourceRef], 
             copies.append(parsed)
         out[key] = Artifact(label, tuple(copies) if problem is None else (), problem)
     return out
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _copy(op: Any, aliases: Mapping[str, bool], snapshot: Snapshot) -> Copy | str:

@@ -29,8 +29,21 @@ class TierSpecError(ValueError):
     """A Flux Kustomization whose spec we cannot interpret."""
 
 
+class TierSpecShapeError(TierSpecError):
+    """A Flux Kustomization with a field of the wrong type (the API server rejects it)."""
+
+
 def tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
     """Interpret one Flux Kustomization object (namespace defaults follow the controller)."""
+    try:
+        return _tier_spec(manifest, defined_in)
+    except (AttributeError, TypeError) as exc:  # a field of the wrong shape: the API server would reject it
+        raise TierSpecShapeError(
+            f"{manifest.ref.namespace or DEFAULT_NAMESPACE}/{manifest.ref.name}: spec has a field of the wrong type ({exc}); the API server rejects it"
+        ) from None
+
+
+def _tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
     body = manifest.body
     spec: Mapping[str, Any] = body.get("spec") or {}
     namespace = manifest.ref.namespace or DEFAULT_NAMESPACE
@@ -161,7 +174,7 @@ def operator_sync(manifest: Manifest) -> OperatorSync | None:
         namespace = ref.namespace or DEFAULT_NAMESPACE
         sync, kustomize = spec.get("sync"), spec.get("kustomize")
     elif ref.kind == "HelmRelease" and ref.group == HELM_RELEASE_GROUP:
-        instance = (spec.get("values") or {}).get("instance") if isinstance(spec.get("values"), dict) else None
+        instance = spec["values"].get("instance") if isinstance(spec.get("values"), dict) else None
         if not isinstance(instance, dict):
             return None
         namespace = str(spec.get("targetNamespace") or ref.namespace or DEFAULT_NAMESPACE)
@@ -187,7 +200,7 @@ def operator_sync(manifest: Manifest) -> OperatorSync | None:
     raw_patches = kustomize.get("patches") if isinstance(kustomize, dict) else None
     patches = tuple(
         {k: p[k] for k in ("patch", "target") if k in p}  # inline only: a `path` would read a file we never vetted
-        for p in raw_patches or []
+        for p in (raw_patches if isinstance(raw_patches, list) else [])
         if isinstance(p, dict) and isinstance(p.get("patch"), str) and _may_patch_kustomization(p, name)
     )
     return OperatorSync(kustomization, patches)

@@ -26,7 +26,7 @@ from bot.cache import BuildCache, ContentHasher, versioned_key
 from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place, unreadable
-from bot.flux import SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, entry_tier, is_flux_kustomization, operator_sync, tier_spec
+from bot.flux import SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec
 from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
@@ -788,6 +788,9 @@ class Renderer:
         for manifest in tier.flux_kustomizations():
             try:
                 spec = tier_spec(replace(manifest, origin=self.locate(manifest)), tier.spec.id)
+            except TierSpecShapeError as exc:
+                findings.append(_failed(tier.spec.id, str(exc), self.locate(manifest)))
+                continue
             except TierSpecError as exc:
                 findings.append(_unsafe(tier.spec.id, str(exc), manifest.origin))
                 continue

@@ -411,3 +411,22 @@ def test_configured_clusters_win(tmp_path: Path) -> None:
     config = load_repo_config("clusters: {main: {path: kubernetes/flux/cluster}}\n")
     found, _ = clusters_of(tmp_path, {"kubernetes/apps/fi.yaml": flux_instance_release("kubernetes/other")}, config)
     assert found == {"main": "kubernetes/flux/cluster"}
+
+
+def test_malformed_sources_are_findings_not_tracebacks(tmp_path: Path, binary: KustomizeBinary) -> None:
+    bad_generator = obj("source.extensions.fluxcd.io/v1beta1", "ArtifactGenerator", "bad", FLUX, spec={"sources": 5, "artifacts": "x"})
+    half_generator = generator({"name": "apps", "copy": "everything"}, artifact("other", ("no-alias", "@artifact/")))
+    bad_instance = obj("fluxcd.controlplane.io/v1", "FluxInstance", "flux", FLUX, spec={"sync": {"path": "clusters/dev", "kind": "GitRepository"}, "kustomize": {"patches": 3}})
+    bad_release = obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", "fi", FLUX, spec={"values": {"instance": {"sync": ["path"]}}})
+    broken = ks("broken", "./apps", dependsOn=5)
+    files = {
+        "clusters/dev/kustomization.yaml": kustomization("all.yaml"),
+        "clusters/dev/all.yaml": dump(bad_generator, half_generator, bad_instance, bad_release, broken, on_artifact("apps", "./", "apps"), on_artifact("other", "./", "other")),
+    }
+    _, cr = render(tmp_path, files, binary)
+    [error] = of(cr, Severity.ERROR)
+    assert error.check == "render-failed" and "flux-system/broken: spec has a field of the wrong type" in error.message
+    messages = {f.kustomization.name: f.message for f in of(cr, Severity.INFO, "not-rendered")}  # type: ignore[union-attr]
+    assert "ArtifactGenerator/flux-system/split copies nothing" in messages["apps"]
+    assert "has a copy operation no-alias → @artifact/ that source-watcher rejects" in messages["other"]
+    assert known_clusters(RepoConfig(), Snapshot(tmp_path / "repo", ())) == {"dev": "clusters/dev"}
