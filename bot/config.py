@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from bot.errors import ConfigError, InputError
 from bot.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
+from bot.generate import KustomizationIndex
 from bot.model import Manifest, ObjectRef, SourceRef
 from bot.snapshot import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
 from bot.yamlio import MAX_FILE_BYTES, load_all, load_one
@@ -153,11 +154,10 @@ def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
     if discovery is not None and name in discovery.clusters:
         return discovery.clusters[name]
     if "/" not in name and name not in ("", ".", "..") and snapshot.is_dir(f"{CLUSTERS_DIR}/{name}"):
-        applied_by = discovery.spokes.get(f"{CLUSTERS_DIR}/{name}") if discovery is not None else None
-        if applied_by is None:
-            return f"{CLUSTERS_DIR}/{name}"
-        known = ", ".join(sorted(discovery.clusters)) or "none found"  # type: ignore[union-attr]
-        raise ConfigError(f"{CLUSTERS_DIR}/{name} is not a cluster entry: {applied_by} (known clusters: {known})")
+        if discovery is not None and (applied_by := discovery.spokes.get(f"{CLUSTERS_DIR}/{name}")):
+            known = ", ".join(sorted(discovery.clusters)) or "none found"
+            raise ConfigError(f"{CLUSTERS_DIR}/{name} is not a cluster entry: {applied_by} (known clusters: {known})")
+        return f"{CLUSTERS_DIR}/{name}"
     known = ", ".join(sorted(known_clusters(config, snapshot))) or "none found"
     raise ConfigError(f"unknown cluster {name!r} (known: {known})")
 
@@ -194,6 +194,7 @@ class _FoundKustomization:
 
 
 _DISCOVERIES: dict[tuple, _Discovery] = {}
+_MAX_SCANNED_FILES = 50_000
 _GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
 
 
@@ -245,8 +246,11 @@ def _discover(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
             name = "default"
         else:
             name = "-".join(p for p in parts if p not in _GENERIC_PARTS) or "default"
+        if name in names:
+            name = path.replace("/", "-") or "root"
+        base, n = name, 2
         while name in names:
-            name = path.replace("/", "-") if name != path.replace("/", "-") else f"{name}-2"
+            name, n = f"{base}-{n}", n + 1
         names[name] = path
     return _Discovery(names, spokes)
 
@@ -258,8 +262,6 @@ def _applies_itself(kustomization: _FoundKustomization, snapshot: Snapshot) -> b
     """
     if not _within(kustomization.file, kustomization.path):
         return False
-    from bot.generate import KustomizationIndex  # the generator's reading of kustomization files
-
     return kustomization.file in KustomizationIndex(snapshot).reach(kustomization.path, aliases=False)[1]
 
 
@@ -300,9 +302,6 @@ def _scan(config: RepoConfig, snapshot: Snapshot) -> tuple[list[_FoundKustomizat
                 if isinstance(doc, dict):
                     _read_doc(config, rel, doc, kustomizations, sync_paths)
     return kustomizations, sync_paths, bootstrap_dirs, sorted(flux_cluster_dirs)
-
-
-_MAX_SCANNED_FILES = 50_000
 
 
 def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_FoundKustomization], sync_paths: list[str]) -> None:

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 import yaml
 
 from bot import substitute as envsubst
+from bot.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place, unreadable
 from bot.cache import BuildCache, ContentHasher, versioned_key
 from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
-from bot.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place, unreadable
-from bot.flux import SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec
+from bot.flux import (
+    SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec,
+)
 from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
@@ -539,8 +541,8 @@ class Renderer:
             if remembered is not None:
                 return remembered
         entry_spec = entry_tier(entry)
-        for _ in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
-            run = self._render_tiers(entry, entry_spec, graph_only, on_finished)
+        for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
+            run = self._render_tiers(entry, entry_spec, graph_only, on_finished, last=attempt == 2)
             if run.better_entry is None:
                 break
             entry_spec = run.better_entry
@@ -550,9 +552,10 @@ class Renderer:
         return ClusterRender(cluster, entry, run.tiers, tuple(run.findings), self.snapshot)
 
     def _render_tiers(
-        self, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None
+        self, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None, *, last: bool
     ) -> "_TierRun":
-        """One pass over the cluster from `entry_spec`; it stops early when the entry tier shows a better entry spec."""
+        """One pass over the cluster from `entry_spec`; unless `last`, it stops early when the entry tier shows a better
+        entry spec, or returns one a FluxInstance shows."""
         findings: list[Finding] = []
         tiers: dict[TierId, RenderedTier] = {}
         finish_findings: dict[TierId, list[Finding]] = {}
@@ -636,9 +639,9 @@ class Renderer:
                     rendered, tier_findings = self._finish(raw, objects, graph_only)
                     if tid == entry_spec.id:
                         own = self._bootstrap_spec(rendered, entry)
-                        if own is not None and not _same_tier(own, entry_spec):
+                        if own is not None and not _same_tier(own, entry_spec) and not last:
                             return _TierRun({}, {}, [], own)  # the tier's own Kustomization says how it is built
-                        if own is not None:
+                        if own is not None and _same_tier(own, entry_spec):
                             entry_spec = own
                             rendered = replace(rendered, spec=own)
                     tiers[tid] = rendered
@@ -667,7 +670,7 @@ class Renderer:
                             waiting.append(spec)
                     if new_artifacts:
                         waiting = [spec for spec in waiting if not admit(spec)]
-        better = self._operator_entry(tiers, entry, entry_spec, findings) if entry_spec.origin is None else None
+        better = self._operator_entry(tiers, entry, entry_spec, findings) if entry_spec.origin is None and not last else None
         return _TierRun(tiers, finish_findings, findings, better)
 
     def _bootstrap_spec(self, tier: RenderedTier, entry: str) -> TierSpec | None:
