@@ -656,7 +656,7 @@ class Renderer:
                                 new_artifacts |= artifacts.setdefault(key, artifact) is artifact
                     for spec in self._discover(rendered, entry, findings):
                         if spec.id in scheduled:
-                            if scheduled[spec.id] != spec and spec.id != entry_spec.id:
+                            if not _same_spec(scheduled[spec.id], spec) and spec.id != entry_spec.id:
                                 findings.append(_failed(spec.id, f"{spec.id} is defined more than once with different specs; the first one is used", spec.origin, Severity.WARNING))
                             continue
                         scheduled[spec.id] = spec
@@ -1116,6 +1116,14 @@ def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:
     if raw.spec == spec:
         return raw
     return replace(raw, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in raw.findings))
+
+
+def _same_spec(first: TierSpec, second: TierSpec) -> bool:
+    """Whether two definitions of one Kustomization apply the same spec (where each was found aside).
+
+    A Kustomization whose path holds its own file applies itself: Flux re-applies the same spec, no conflict.
+    """
+    return replace(first, defined_in=None, origin=None) == replace(second, defined_in=None, origin=None)
 
 
 def _sources_present(spec: TierSpec, objects: SourceIndex) -> bool:

@@ -864,3 +864,26 @@ def test_a_cached_tier_whose_objects_are_gone_is_finished_again(tmp_path: Path, 
     for path in removed:
         path.unlink()
     assert check_repository(repo, "dev", options) == first
+
+
+def test_a_kustomization_that_applies_itself_is_one_definition(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """`apps/imagemaid/ks.yaml` with `path: ./apps/imagemaid` and no kustomization.yaml: Flux's generated
+    kustomization lists ks.yaml, so the tier re-applies its own unchanged spec (seen in a real home-ops repo)."""
+    me = ks("imagemaid", "./clusters/dev/imagemaid", namespace="media", targetNamespace="media",
+            sourceRef={"kind": "GitRepository", "name": FLUX, "namespace": FLUX})
+    files = {
+        "clusters/dev/kustomization.yaml": kustomization("imagemaid/ks.yaml"),
+        "clusters/dev/imagemaid/ks.yaml": dump(me),
+        "clusters/dev/imagemaid/cm.yaml": dump(cm("settings")),
+    }
+    _, cr = render(tmp_path, files, binary)
+    assert "media/settings" in {f"{m.ref.namespace}/{m.ref.name}" for m in cr.tiers[TierId("media", "imagemaid")].manifests}
+    assert not [f for f in cr.findings if "more than once" in f.message]
+
+
+def test_two_different_definitions_of_one_kustomization_are_reported(tmp_path: Path, binary: KustomizeBinary) -> None:
+    files = flux_repo({"x": ks("x", "./tiers/x"), "y": ks("y", "./tiers/y")}, {
+        "tiers/x/app.yaml": dump(ks("app", "./apps/a")), "tiers/y/app.yaml": dump(ks("app", "./apps/b")),
+        "apps/a/cm.yaml": dump(cm("a", "default")), "apps/b/cm.yaml": dump(cm("b", "default"))})
+    _, cr = render(tmp_path, files, binary)
+    assert [f.check for f in cr.findings if "more than once" in f.message] == ["render-failed"]
