@@ -114,10 +114,15 @@ class ContentHasher:
 class BuildCache:
     """Pickled kustomize results on disk (our own files, never repo content as code)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, max_write_bytes: int | None = None) -> None:
         self.directory = directory
         self.hits = 0
         self.misses = 0
+        # One run writes at most this much (None: no bound): pruning spares entries younger than an hour,
+        # so a run that wrote without end (a PR rendering ever more tiers) would fill the volume first.
+        self.max_write_bytes = max_write_bytes
+        self.written_bytes = 0
+        self._write_lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.pickle"
@@ -203,6 +208,12 @@ class BuildCache:
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
             with os.fdopen(fd, "wb") as handle:
                 pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                size = handle.tell()
+            with self._write_lock:
+                if self.max_write_bytes is not None and self.written_bytes + size > self.max_write_bytes:
+                    os.unlink(tmp)  # over this run's bound: the entry is only not cached
+                    return
+                self.written_bytes += size
             os.replace(tmp, path)
         except OSError:
             pass  # a cache that cannot be written only costs time

@@ -93,10 +93,11 @@ def run_cache(directory: Path | None, binary: KustomizeBinary) -> Iterator[Build
     if directory is None:
         yield None
         return
-    cache = BuildCache(directory)
+    budget = cache_budget()
+    cache = BuildCache(directory, max_write_bytes=budget // 4)  # one run may fill a quarter of the budget
     remember_version(binary, cache)
     yield cache
-    cache.prune_if_due(cache_budget())
+    cache.prune_if_due(budget)
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,23 @@ def _with_ancestors(paths: frozenset[str]) -> set[str]:
     return out
 
 
+@dataclass(frozen=True)
+class RenderLimits:
+    """How far one cluster render may go before it stops with a `render-limit` finding.
+
+    Far past what real repositories need (250+ tiers, a few levels of nested Kustomizations, tens of
+    thousands of objects), far short of what a PR that makes Flux create Kustomizations without end takes
+    (`name: loop-${P}` at `path: ./loop` with `postBuild.substitute: {P: "${P}a"}` grows a new tier per
+    generation): the checker must never spend its memory on one.
+    """
+
+    tiers: int = 2_000  # tiers per cluster
+    depth: int = 32  # Kustomizations nested inside Kustomizations
+    path_repeats: int = 2  # times one path may recur among a tier's ancestors (a new namespace re-applies once)
+    objects: int = 200_000  # rendered objects per cluster
+    output_bytes: int = 1 << 30  # kustomize output per renderer (both sides of nothing else)
+
+
 class TreeBuild(NamedTuple):
     """What a commit's tree memo keeps of one build: what it read, its cache key, a spec that makes it,
     and its document index (see `RawTier.document_index`)."""
@@ -278,6 +295,7 @@ class Renderer:
         jobs: int | None = None,
         timeout: float = 120.0,
         cache: BuildCache | None = None,
+        limits: RenderLimits = RenderLimits(),
         finish_memo: dict[str, Any] | None = None,
     ) -> None:
         self.snapshot = snapshot
@@ -285,6 +303,8 @@ class Renderer:
         self.binary = binary
         self.jobs = jobs or default_jobs()
         self.timeout = timeout
+        self.limits = limits
+        self.output_bytes = 0  # kustomize output read by this renderer (see RenderLimits.output_bytes)
         self.index = KustomizationIndex(snapshot)
         self.cache = cache
         self.hasher = ContentHasher(snapshot)
@@ -429,6 +449,8 @@ class Renderer:
             text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
         except RenderError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+        with self._builds_lock:
+            self.output_bytes += len(text)
         try:
             documents = self._parse(text)
         except InputError as exc:
@@ -606,6 +628,9 @@ class Renderer:
                 return True
 
             scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
+            # Each tier's chain of applying Kustomizations, entry first (for RenderLimits).
+            lineage: dict[TierId, tuple[TierSpec, ...]] = {entry_spec.id: (entry_spec,)}
+            rendered_objects = 0
             schedule(entry_spec)
             while outstanding or built or waiting:
                 if not (outstanding or built):  # only tiers on artifacts no tier in git generates
@@ -645,6 +670,7 @@ class Renderer:
                             entry_spec = own
                             rendered = replace(rendered, spec=own)
                     tiers[tid] = rendered
+                    rendered_objects += len(rendered.manifests)
                     finish_findings[tid] = tier_findings
                     if on_finished is not None:
                         on_finished(rendered)
@@ -656,10 +682,18 @@ class Renderer:
                                 new_artifacts |= artifacts.setdefault(key, artifact) is artifact
                     for spec in self._discover(rendered, entry, findings):
                         if spec.id in scheduled:
-                            if not _same_spec(scheduled[spec.id], spec) and spec.id != entry_spec.id:
+                            # A Kustomization whose path holds its own file applies itself again: one definition.
+                            if not _same_tier(scheduled[spec.id], spec) and spec.id != entry_spec.id:
                                 findings.append(_failed(spec.id, f"{spec.id} is defined more than once with different specs; the first one is used", spec.origin, Severity.WARNING))
                             continue
+                        chain = (*lineage.get(tid, (rendered.spec,)), spec)
+                        beyond = self._beyond_limits(chain, len(scheduled), rendered_objects)
+                        if beyond is not None:
+                            tiers[spec.id] = RenderedTier(spec=spec, failed=True)  # failed: the render is not cached
+                            findings.append(Finding("render-limit", Severity.ERROR, beyond, kustomization=spec.id, location=spec.origin))
+                            continue
                         scheduled[spec.id] = spec
+                        lineage[spec.id] = chain
                         if rendered.spec.kube_config is not None:
                             # Applied to another cluster as an object: that cluster's Flux reconciles it, with its sources.
                             not_rendered(
@@ -754,6 +788,26 @@ class Renderer:
             "kustomize-controller cannot find it there"
         )
         return RawTier(spec, inputs=raw.inputs, failed=True, findings=(_failed(spec.id, message, spec.origin),)), None
+
+    def _beyond_limits(self, chain: tuple[TierSpec, ...], tiers: int, objects: int) -> str | None:
+        """Why the last Kustomization of `chain` (entry first) is not rendered, or None when it is within RenderLimits."""
+        limits, spec = self.limits, chain[-1]
+        repeats = sum(1 for s in chain[:-1] if (s.source, s.path) == (spec.source, spec.path))
+        if repeats > limits.path_repeats:
+            path = " → ".join(str(s.id) for s in chain if (s.source, s.path) == (spec.source, spec.path))
+            return (
+                f"{spec.id} renders path {spec.path or '.'!r} again under a new name ({path}): a Kustomization that "
+                f"recreates itself never ends in Flux either; not rendered (limit: a path {limits.path_repeats + 1} times in one chain)"
+            )
+        if len(chain) - 1 > limits.depth:
+            return f"{spec.id} is nested {len(chain) - 1} Kustomizations deep; not rendered (limit: {limits.depth})"
+        if tiers >= limits.tiers:
+            return f"the cluster has more than {limits.tiers} Kustomizations; {spec.id} and any after it are not rendered (limit: {limits.tiers})"
+        if objects > limits.objects:
+            return f"the cluster rendered more than {limits.objects} objects; {spec.id} and any after it are not rendered (limit: {limits.objects})"
+        if self.output_bytes > limits.output_bytes:
+            return f"kustomize produced more than {limits.output_bytes >> 20} MiB for this render; {spec.id} and any after it are not rendered"
+        return None
 
     def _remember_render(
         self, key: str, tiers: Mapping[TierId, RenderedTier], finish_findings: Mapping[TierId, list[Finding]], findings: list[Finding]
@@ -1116,14 +1170,6 @@ def _for_spec(raw: RawTier, spec: TierSpec) -> RawTier:
     if raw.spec == spec:
         return raw
     return replace(raw, spec=spec, findings=tuple(replace(f, kustomization=spec.id) for f in raw.findings))
-
-
-def _same_spec(first: TierSpec, second: TierSpec) -> bool:
-    """Whether two definitions of one Kustomization apply the same spec (where each was found aside).
-
-    A Kustomization whose path holds its own file applies itself: Flux re-applies the same spec, no conflict.
-    """
-    return replace(first, defined_in=None, origin=None) == replace(second, defined_in=None, origin=None)
 
 
 def _sources_present(spec: TierSpec, objects: SourceIndex) -> bool:

@@ -92,3 +92,15 @@ def test_a_review_after_its_cache_was_pruned_to_nothing_still_works(tmp_path: Pa
     assert not list(cache.directory.rglob("*.pickle"))
     again = review_repository(root, "prod", base, head, cache_dir=tmp_path / "cache")
     assert again.findings == first.findings and again.diff == first.diff and again.kustomize_builds == first.kustomize_builds
+
+
+def test_one_run_writes_at_most_its_bound(tmp_path: Path) -> None:
+    """A run that would write without end (a self-recreating Kustomization) stops caching at its bound."""
+    cache = BuildCache(tmp_path, max_write_bytes=10_000)
+    for i in range(50):
+        cache.put(f"{i:04d}entry", "x" * 1_000)
+    stored = [i for i in range(50) if cache.get(f"{i:04d}entry") is not None]
+    assert 5 <= len(stored) < 10 and stored == list(range(len(stored)))
+    assert cache.written_bytes <= 10_000
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) <= 10_000
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -21,7 +21,7 @@ from bot.engine import CheckOptions, check_repository, check_snapshot
 from bot.generate import generated_resources
 from bot.kustomize import KustomizeBinary, locate_kustomize
 from bot.model import Finding, Manifest, Severity, TierId
-from bot.render import SECRET_MASK, ClusterRender, Renderer
+from bot.render import SECRET_MASK, ClusterRender, RenderLimits, Renderer
 from bot.snapshot import build_snapshot
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
@@ -887,3 +887,40 @@ def test_two_different_definitions_of_one_kustomization_are_reported(tmp_path: P
         "apps/a/cm.yaml": dump(cm("a", "default")), "apps/b/cm.yaml": dump(cm("b", "default"))})
     _, cr = render(tmp_path, files, binary)
     assert [f.check for f in cr.findings if "more than once" in f.message] == ["render-failed"]
+
+
+def test_a_kustomization_that_recreates_itself_under_a_growing_name_stops(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """Issue 14's attack: `name: loop-${P}`, `path: ./loop`, `substitute: {P: "${P}a"}` makes a new tier per generation."""
+    loop = ks("loop-${P}", "./loop", post_build={"substitute": {"P": "${P}a"}})
+    files = flux_repo({"start": ks("loop-start", "./loop", post_build={"substitute": {"P": "x"}})}, {"loop/ks.yaml": dump(loop)})
+    _, cr = render(tmp_path, files, binary)
+    names = sorted(t.name for t in cr.tiers)
+    assert names == ["flux-system", "loop-start", "loop-x", "loop-xa", "loop-xaa"]
+    [limit] = [f for f in cr.findings if f.check == "render-limit"]
+    assert limit.severity == Severity.ERROR and limit.kustomization == TierId(FLUX, "loop-xaa")
+    assert "loop-start → flux-system/loop-x → flux-system/loop-xa → flux-system/loop-xaa" in limit.message
+    assert cr.tiers[TierId(FLUX, "loop-xaa")].failed
+
+
+@pytest.mark.parametrize(
+    ("limits", "refused", "words"),
+    [
+        (RenderLimits(tiers=3), ["c", "d"], "more than 3 Kustomizations"),
+        (RenderLimits(depth=2), ["c", "d"], "nested 3 Kustomizations deep"),
+        (RenderLimits(objects=1), ["b", "c", "d"], "more than 1 objects"),
+        (RenderLimits(), [], ""),
+    ],
+)
+def test_render_limits_stop_a_render_with_a_finding(tmp_path: Path, binary: KustomizeBinary, limits: RenderLimits, refused: list[str], words: str) -> None:
+    # entry → a → b → c → d, nested; every tier has one ConfigMap
+    files = flux_repo({"a": ks("a", "./t/a")}, {
+        "t/a/ks.yaml": dump(ks("b", "./t/b")), "t/a/cm.yaml": dump(cm("a", "default")),
+        "t/b/ks.yaml": dump(ks("c", "./t/c")), "t/b/cm.yaml": dump(cm("b", "default")),
+        "t/c/ks.yaml": dump(ks("d", "./t/d")), "t/c/cm.yaml": dump(cm("c", "default")),
+        "t/d/cm.yaml": dump(cm("d", "default")),
+    })
+    _, cr = render(tmp_path, files, binary, limits=limits)
+    limited = [f for f in cr.findings if f.check == "render-limit"]
+    assert [f.kustomization.name for f in limited] == refused[:1]
+    assert all(words in f.message for f in limited)
+    assert sorted(t.name for t, tier in cr.tiers.items() if tier.rendered) == [n for n in ["a", "b", "c", "d", "flux-system"] if n not in refused]
