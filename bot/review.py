@@ -11,12 +11,12 @@ from pathlib import Path
 
 from bot import gitrepo
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
-from bot.config import RepoConfig
+from bot.config import CONFIG_FILE, RepoConfig, load_repo_config
 from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer, run_cache
 from bot.errors import UserError
 from bot.kustomize import locate_kustomize
 from bot.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
-from bot.model import Finding, Severity, TierId
+from bot.model import Finding, Severity, SourceLocation, TierId
 from bot.render import PriorBuilds, Renderer
 from bot.report import CheckReport
 from bot.snapshot import build_snapshot
@@ -110,13 +110,16 @@ def _with_line(finding: Finding, side: Analysis) -> Finding:
 def review_repository(
     repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = CheckOptions(), cache_dir: Path | None = None,
     live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None, config: RepoConfig | None = None,
+    config_from_base: bool = False,
 ) -> ClusterReview:
     """Render `base` and `head` (default: the working tree) of `repo` and review the change for `cluster`.
 
     `config` is the configuration of both sides (the CLI passes the working tree's, or `--config`):
     a configuration only the head has (uncommitted, or added by the change) must not make the base
     render differently, or every finding reads as new. None: each side reads its own commit's
-    (`--config-from-commit`).
+    (`--config-from-commit`). `config_from_base`: the base commit's configuration judges both sides —
+    the bot's rule, as Atlantis's server-side repo config: a PR must not decide which directory is
+    "prod" (a change to `.fluxwarden.yaml` takes effect after merge, and the review says so).
 
     With `live` (read beforehand by bot.kube), the change's live merge preconditions are checked too;
     `fetch_objects` reads the moved objects, which are known only once both sides are rendered.
@@ -130,6 +133,8 @@ def review_repository(
     with run_cache(cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base", cache))
+        if config_from_base:
+            config = load_repo_config(base_snapshot.read_config())
         head_sha: str | None
         if head is None:
             head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
@@ -154,7 +159,20 @@ def review_repository(
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
         head_side = analyse(head_renderer, cluster, live=live)
-        return _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
+        review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
+        return _with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
+
+
+def _with_config_notice(review: ClusterReview) -> ClusterReview:
+    """A PR that changes `.fluxwarden.yaml` was judged under the base's: it says so, as a new warning."""
+    notice = Finding(
+        "config-changed",
+        Severity.WARNING,
+        f"this change edits {CONFIG_FILE}; it was reviewed under the base branch's configuration "
+        "(clusters, required tiers, runtime CRDs, tier order), and the edit takes effect after merge",
+        location=SourceLocation(CONFIG_FILE),
+    )
+    return replace(review, findings=(ReviewedFinding(notice, new=True), *review.findings))
 
 
 def _review(

@@ -288,7 +288,8 @@ class PrecheckRunner:
 
             fetch_objects = ObjectReader(access)  # moved objects: read in this thread, on its own loop
         return review_repository(
-            fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects
+            fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
+            config_from_base=True,  # a PR never decides what its clusters are
         )
 
     async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> None:
