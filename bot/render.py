@@ -30,7 +30,7 @@ from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
-from bot.yamlio import FastSafeLoader, check_aliases, document_heads, split_documents
+from bot.yamlio import FastSafeLoader, check_aliases, document_heads, find_duplicate_key, split_documents
 
 if TYPE_CHECKING:
     from bot.facts import ObjectStub
@@ -412,7 +412,11 @@ class Renderer:
         try:
             text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
         except RenderError as exc:
-            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+            message, location = self.sanitise(str(exc), workdir), spec.origin
+            repeated = find_duplicate_key(message, files, self.snapshot.read_text)  # kustomize names no file for it
+            if repeated is not None:
+                message, location = f"{message} (in {repeated[0]}, line {repeated[1]})", SourceLocation(*repeated)
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, message, location),))
         try:
             documents = self._parse(text)
         except InputError as exc:
