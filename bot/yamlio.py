@@ -1,4 +1,4 @@
-"""Bounded YAML parsing with PyYAML's C loader: size limits, alias-bomb refusal, tolerant tags."""
+"""Bounded YAML parsing with PyYAML's C loader, reading YAML as Flux does: size limits, alias-bomb refusal, any tag."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ _DOC_SEPARATOR = re.compile(r"^---(?:[ \t]+|(?=\r?$))", re.MULTILINE)
 # - Resource files are read by kyaml (go-yaml v3: `yes`, `y`, `on` are strings), but we never take
 #   values from them: `document_heads` reads the raw text of kind and name, `check_aliases` counts nodes.
 # So plain scalars resolve as go-yaml v2's resolve() does (go.yaml.in/yaml/v2 resolve.go), and decode as
-# its decoder does into interface{} (decode.go: a timestamp stays the string it was written as).
+# its decoder does into interface{} (decode.go: a timestamp stays the string it was written as); our own
+# configuration files (.fluxwarden.yaml, the service configuration) are read with the same rules.
 _STR, _MAP, _SEQ, _NULL, _BOOL, _INT, _FLOAT, _MERGE = (
     f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq", "null", "bool", "int", "float", "merge")
 )
@@ -107,12 +108,10 @@ def _construct_bool(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -
     return _GO_BOOLS[value]
 
 
-def _construct_int(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> int | float:
+def _construct_int(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> int:
     value = loader.construct_scalar(node)
-    number = _go_int(value) if isinstance(value, str) else None
-    if number is None:
-        if isinstance(value, str) and _GO_FLOAT.fullmatch(value.replace("_", "")):
-            return float(value.replace("_", ""))  # past uint64: go-yaml's float rule takes it
+    number = _go_int(value)
+    if number is None:  # `!!int foo`, `!!int 1e3`: go-yaml refuses them too
         raise yaml.constructor.ConstructorError(None, None, f"cannot decode {value!r} as an int", node.start_mark)
     return number
 
@@ -149,23 +148,24 @@ def _construct_by_kind(loader: yaml.constructor.BaseConstructor, _suffix: str, n
     return loader.construct_mapping(node, deep=True)
 
 
-def _json_key(key: Any, node: yaml.Node) -> str:
+def _json_key(key: Any, node: yaml.Node) -> Any:
     """A mapping key as sigs.k8s.io/yaml turns it into a JSON key (yaml.go convertToJSONableObject).
 
     JSON keys are strings: `true:` (or `y:`, `on:`) is "true", `8080:` is "8080". A null key, or an
-    integer past int64, is an error there ("unsupported map key"), so Flux fails on it too.
+    integer past int64, is an error there ("unsupported map key"), so Flux fails on it too. A
+    sequence or mapping is left for SafeConstructor to refuse as unhashable.
     """
     if isinstance(key, bool):
         return "true" if key else "false"
-    if isinstance(key, int) and key in _INT64:
-        return str(key)
     if isinstance(key, float):
         return _go_float32_text(key)
-    if isinstance(key, str):
-        return key
-    raise yaml.constructor.ConstructorError(
-        None, None, f"mapping key {key!r} cannot become a JSON key (sigs.k8s.io/yaml rejects it)", node.start_mark
-    )
+    if isinstance(key, int) and key in _INT64:
+        return str(key)
+    if key is None or isinstance(key, int):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"mapping key {key!r} cannot become a JSON key (sigs.k8s.io/yaml rejects it)", node.start_mark
+        )
+    return key
 
 
 def _go_float32_text(value: float) -> str:
@@ -222,7 +222,7 @@ class FastSafeLoader(yaml.CSafeLoader):
         mapping = super().construct_mapping(node, deep=deep)
         if all(type(key) is str for key in mapping):
             return mapping
-        return {_json_key(k, node) if isinstance(k, (bool, int, float)) or k is None else k: v for k, v in mapping.items()}
+        return {_json_key(key, node): value for key, value in mapping.items()}
 
     def construct_document(self, node: yaml.Node) -> Any:
         built: dict[int, Any] = {}
@@ -251,7 +251,7 @@ class FastSafeLoader(yaml.CSafeLoader):
             for key_node, value_node in node.value:
                 key = self._construct_fast(key_node, built)
                 if type(key) is not str:
-                    key = _json_key(key, key_node) if isinstance(key, (bool, int, float)) or key is None else key
+                    key = _json_key(key, key_node)
                 try:
                     mapping[key] = self._construct_fast(value_node, built)
                 except TypeError:  # an unhashable key: let SafeConstructor raise its error
@@ -276,9 +276,6 @@ FastSafeLoader.add_constructor(_MERGE, _construct_merge_value)
 for _tag in ("set", "omap", "pairs"):  # YAML 1.1 types go-yaml v2 reads as the plain map or sequence
     FastSafeLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", lambda loader, node: _construct_by_kind(loader, "", node))
 FastSafeLoader.add_multi_constructor("", _construct_by_kind)  # every other tag
-
-# Repository files (kustomization.yaml, .fluxwarden.yaml, plugin configs) are read with the same rules.
-TolerantLoader = FastSafeLoader
 
 
 class _RedefinableComposer(yaml.composer.Composer):

@@ -156,6 +156,13 @@ def test_an_image_tag_that_looks_like_a_number_in_the_spec(tmp_path: Path, binar
     assert [c["image"] for c in containers] == ["nginx:1234e56", "busybox:0123458"]
 
 
+def test_a_generated_kustomization_listing_a_directory_named_like_a_boolean(tmp_path: Path, binary: KustomizeBinary) -> None:
+    # Flux writes its generated kustomization.yaml with sigs.k8s.io/yaml, which quotes `y`; so must we.
+    files = app_repo({"app/y/kustomization.yaml": kustomization("cm.yaml"), "app/y/cm.yaml": CM.format(name="in-y"), "app/top.yaml": CM.format(name="top")})
+    _, cr = render(tmp_path, files, binary)
+    assert set(rendered(cr)) == {"ConfigMap/in-y", "ConfigMap/top"}
+
+
 def test_a_yaml_1_1_boolean_in_a_kustomization_file_fails_as_in_kustomize(tmp_path: Path, binary: KustomizeBinary) -> None:
     # kustomize decodes kustomization.yaml with go-yaml v2: `y` is a bool there, and a label must be a string.
     files = app_repo({"app/kustomization.yaml": "resources: [cm.yaml]\ncommonLabels: {enabled: y}\n", "app/cm.yaml": CM.format(name="c")})
