@@ -305,13 +305,17 @@ def _redefines_anchor(exc: yaml.YAMLError) -> bool:
     return isinstance(exc, yaml.composer.ComposerError) and "duplicate anchor" in str(exc.context)
 
 
-class _KubeDumper(yaml.SafeDumper):
-    """SafeDumper that quotes every string go-yaml v2 would read as something else (`y`, `1e3`, `0123458`)."""
+class GoQuoting:
+    """Dumper mixin: quote every string go-yaml v2 would read as something else (`y`, `1e3`, `0123458`)."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is yaml.ScalarNode and implicit[0]:
             return _go_tag(value)
-        return super().resolve(kind, value, implicit)
+        return super().resolve(kind, value, implicit)  # type: ignore[misc]
+
+
+class _KubeDumper(GoQuoting, yaml.SafeDumper):
+    """SafeDumper writing what kustomize and Flux read back as written."""
 
 
 def dump(data: Any) -> str:

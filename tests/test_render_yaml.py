@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from bot.cli import main
 from bot.engine import check_repository
 from bot.kustomize import KustomizeBinary, locate_kustomize
 from bot.model import Finding, TierId
 from bot.render import ClusterRender
+from bot.yamlio import load_stream
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, write_tree
 from tests.test_render import APP, app_repo, by_ref, render
 
@@ -161,6 +163,16 @@ def test_a_generated_kustomization_listing_a_directory_named_like_a_boolean(tmp_
     files = app_repo({"app/y/kustomization.yaml": kustomization("cm.yaml"), "app/y/cm.yaml": CM.format(name="in-y"), "app/top.yaml": CM.format(name="top")})
     _, cr = render(tmp_path, files, binary)
     assert set(rendered(cr)) == {"ConfigMap/in-y", "ConfigMap/top"}
+
+
+def test_build_output_reads_back_as_flux_applies_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `fluxwarden build | kubectl apply -f -`: kubectl reads it with go-yaml v2, so `y` must stay quoted.
+    data = {"yes-no": "y", "exponent": "1e3", "leading-zero": "0123458", "eq": "=", "on": "on", "date": "2001-12-14"}
+    text = CM.format(name="c") + "data:\n" + "".join(f"  {k}: '{v}'\n" for k, v in data.items())  # quoted, as a user writes them
+    repo = write_tree(tmp_path / "repo", app_repo({"app/cm.yaml": text}))
+    assert main(["build", "--repo", str(repo), "--cluster", "dev", "--tier", "app", "--no-cache"]) == 0
+    [body] = [d for d in load_stream(capsys.readouterr().out) if d]
+    assert body["data"] == data
 
 
 def test_a_yaml_1_1_boolean_in_a_kustomization_file_fails_as_in_kustomize(tmp_path: Path, binary: KustomizeBinary) -> None:
