@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-
-from bot.errors import InputError
+from bot.errors import InputError, InvalidYamlError
 from bot.model import TierSpec
 from bot.snapshot import KUSTOMIZATION_FILES, Snapshot
 from bot.yamlio import check_aliases, dump, load_one
@@ -36,6 +35,7 @@ class PathProblem:
     file: str  # repo-relative kustomization file
     reference: str
     reason: str
+    check: str = "unsafe-path"  # "render-failed" for a file kustomize cannot read either (not YAML)
 
 
 @dataclass
@@ -140,7 +140,10 @@ class KustomizationIndex:
         rel_file = posixpath.join(directory, name) if directory else name
         info = KustomizationInfo(directory=directory, file=rel_file)
         try:
-            doc = load_one(self.snapshot.read_text(rel_file) or "", rel_file)
+            doc = load_one(self.snapshot.read_text(rel_file) or "", "the file")
+        except InvalidYamlError as exc:
+            info.problems.append(PathProblem(rel_file, "", str(exc), check="render-failed"))
+            return info
         except InputError as exc:
             info.problems.append(PathProblem(rel_file, "", str(exc)))
             return info

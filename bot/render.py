@@ -399,7 +399,7 @@ class Renderer:
         problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
-                _unsafe(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
+                (_failed if p.check == "render-failed" else _unsafe)(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
                 for p in problems
             ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))

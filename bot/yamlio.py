@@ -10,7 +10,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import yaml
 
-from bot.errors import UnsafeYamlError
+from bot.errors import InvalidYamlError, UnsafeYamlError
 
 # Default bounds for one file or one kustomize output stream. A CRD bundle can be several MiB
 # (kube-prometheus-stack ships ~4 MiB); 16 MiB leaves room without letting a PR exhaust memory.
@@ -406,7 +406,7 @@ def load_all(text: str, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> list[A
     try:
         docs = load_stream(text)
     except yaml.YAMLError as exc:
-        raise UnsafeYamlError(f"{name} is not valid YAML: {_short_yaml_error(exc)}") from None
+        raise InvalidYamlError(f"{name} is not valid YAML: {_short_yaml_error(exc)}") from None
     except RecursionError:
         raise UnsafeYamlError(f"{name} nests too deeply to parse") from None
     if "&" in text and _ANCHOR.search(text):

@@ -314,6 +314,22 @@ def test_tabs(tmp_path: Path, binary: KustomizeBinary) -> None:
     assert "bad.yaml" in finding.message and "line 4" in finding.message
 
 
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("resources:\n\t- cm.yaml\n", "found character that cannot start any token (line 2)"),
+        ("resources: [cm.yaml]\nnamePrefix: !!int x-\n", "cannot decode 'x-' as an int (line 2)"),
+    ],
+    ids=["tab-indent", "impossible-core-tag"],
+)
+def test_a_kustomization_file_kustomize_cannot_read(tmp_path: Path, binary: KustomizeBinary, text: str, problem: str) -> None:
+    # Not a safety problem: kustomize refuses it too, so the tier fails to build, as in Flux.
+    _, cr = render(tmp_path, app_repo({"app/kustomization.yaml": text, "app/cm.yaml": CM.format(name="c")}), binary)
+    finding = one_failure(cr)
+    assert finding.message == f"app/kustomization.yaml: the file is not valid YAML: {problem}"
+    assert finding.location.file == "app/kustomization.yaml"
+
+
 def test_document_markers_inside_a_block_scalar(tmp_path: Path, binary: KustomizeBinary) -> None:
     block = CM.format(name="multi") + "data:\n  bundle.yaml: |\n    ---\n    kind: Inner\n    ---\n    # c\n" + "---\n" + CM.format(name="after")
     renderer, cr = render(tmp_path, app_repo({"app/cm.yaml": block}), binary)
