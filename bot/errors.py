@@ -21,6 +21,10 @@ class UnsafeYamlError(InputError):
     """YAML that expands past our limits (alias bomb) or is too large to parse."""
 
 
+class InvalidYamlError(UnsafeYamlError):
+    """Text that is not YAML at all: kustomize refuses it too, so it is a failed build, not a danger."""
+
+
 class SubstitutionError(InputError):
     """A postBuild substitution that kustomize-controller would also reject."""
 

@@ -15,12 +15,16 @@ from bot.engine import BuiltCluster
 from bot.errors import UserError
 from bot.model import Finding, TierId
 from bot.render import RenderedTier
+from bot.yamlio import GoQuoting
 
 LISTED = 10  # tier names listed in an "unknown tier" error before "and N more"
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    """Safe YAML with multi-line strings as `|` blocks, as a person (and kustomize) writes them."""
+class _Dumper(GoQuoting, getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Safe YAML with multi-line strings as `|` blocks, as a person (and kustomize) writes them.
+
+    Strings kubectl or Flux would read as another type (`y`, `1e3`) are quoted (bot.yamlio.GoQuoting).
+    """
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

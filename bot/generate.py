@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import yaml
-
-from bot.errors import InputError
+from bot.errors import InputError, InvalidYamlError
 from bot.model import TierSpec
 from bot.snapshot import KUSTOMIZATION_FILES, Snapshot
-from bot.yamlio import check_aliases, load_one
+from bot.yamlio import check_aliases, dump, load_one
 
 # Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)|\?ref=|\.git(?:/|$)|//", re.I)
@@ -37,6 +35,7 @@ class PathProblem:
     file: str  # repo-relative kustomization file
     reference: str
     reason: str
+    check: str = "unsafe-path"  # "render-failed" for a file kustomize cannot read either (not YAML)
 
 
 @dataclass
@@ -70,7 +69,7 @@ class KustomizationIndex:
                 "kind": "Kustomization",
                 "resources": generated_resources(self.snapshot, directory),
             }
-            self.snapshot.write_file(posixpath.join(directory, "kustomization.yaml"), yaml.safe_dump(body, sort_keys=False))
+            self.snapshot.write_file(posixpath.join(directory, "kustomization.yaml"), dump(body))
             self._generated.add(directory)
 
     def is_generated(self, directory: str) -> bool:
@@ -141,7 +140,10 @@ class KustomizationIndex:
         rel_file = posixpath.join(directory, name) if directory else name
         info = KustomizationInfo(directory=directory, file=rel_file)
         try:
-            doc = load_one(self.snapshot.read_text(rel_file) or "", rel_file)
+            doc = load_one(self.snapshot.read_text(rel_file) or "", "the file")
+        except InvalidYamlError as exc:
+            info.problems.append(PathProblem(rel_file, "", str(exc), check="render-failed"))
+            return info
         except InputError as exc:
             info.problems.append(PathProblem(rel_file, "", str(exc)))
             return info
@@ -217,8 +219,8 @@ def _references(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
 
 def _check_inline_plugin(info: KustomizationInfo, key: str, text: str) -> None:
     try:
-        body = yaml.load(text, Loader=yaml.CSafeLoader)
-    except yaml.YAMLError:
+        body = load_one(text, key)
+    except InputError:
         return
     _flag_function(info, key, body)
 
@@ -309,5 +311,5 @@ def write_overlay(snapshot: Snapshot, tier: TierSpec, workdir: Path) -> Path:
         overlay["components"] = [
             os.path.relpath(snapshot.path(posixpath.normpath(posixpath.join(tier.path, c))), workdir) for c in tier.components
         ]
-    (workdir / "kustomization.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False), encoding="utf-8")
+    (workdir / "kustomization.yaml").write_text(dump(overlay), encoding="utf-8")
     return workdir

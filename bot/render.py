@@ -33,7 +33,7 @@ from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
-from bot.yamlio import FastSafeLoader, check_aliases, document_heads, split_documents
+from bot.yamlio import FastSafeLoader, check_aliases, document_heads, find_duplicate_key, split_documents
 
 if TYPE_CHECKING:
     from bot.facts import ObjectStub
@@ -435,7 +435,7 @@ class Renderer:
         problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
-                _unsafe(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
+                (_failed if p.check == "render-failed" else _unsafe)(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
                 for p in problems
             ] + [_unsafe(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
@@ -448,7 +448,11 @@ class Renderer:
         try:
             text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
         except RenderError as exc:
-            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
+            message, location = self.sanitise(str(exc), workdir), spec.origin
+            repeated = find_duplicate_key(message, files, self.snapshot.read_text)  # kustomize names no file for it
+            if repeated is not None:
+                message, location = f"{message} (in {repeated[0]}, line {repeated[1]})", SourceLocation(*repeated)
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, message, location),))
         with self._builds_lock:
             self.output_bytes += len(text)
         try:
