@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import posixpath
@@ -12,7 +13,7 @@ from typing import Any, Mapping
 from bot.errors import ConfigError, InputError
 from bot.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
 from bot.generate import KustomizationIndex
-from bot.model import Manifest, ObjectRef, SourceRef
+from bot.model import Manifest, ObjectRef, SourceRef, TierId
 from bot.snapshot import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
 from bot.yamlio import MAX_FILE_BYTES, load_all, load_one
 
@@ -27,6 +28,33 @@ class TierOrderConfig:
     variable: str
 
 
+DRIFT_FIELDS = ("dependsOn", "wait", "prune")
+
+
+@dataclass(frozen=True)
+class DriftIgnore:
+    """One intended difference between clusters' graphs (`graph_drift.ignore` entry)."""
+
+    tier: str  # `name` or `namespace/name`, shell-style globs allowed
+    field: str | None = None  # dependsOn | wait | prune; None: every field
+    depends_on: str | None = None  # with field dependsOn: only edges to this tier (same pattern rules)
+    clusters: tuple[str, ...] = ()  # only when one of the compared clusters is listed; empty: any
+
+    def covers(self, tier: TierId, field: str, clusters: tuple[str, str], depends_on: TierId | None = None) -> bool:
+        """Whether this entry declares that difference intended."""
+        if self.clusters and not set(clusters) & set(self.clusters):
+            return False
+        if self.field is not None and self.field != field:
+            return False
+        if not _matches(self.tier, tier):
+            return False
+        return self.depends_on is None or (depends_on is not None and _matches(self.depends_on, depends_on))
+
+
+def _matches(pattern: str, tier: TierId) -> bool:
+    return fnmatch.fnmatchcase(str(tier) if "/" in pattern else tier.name, pattern)
+
+
 @dataclass(frozen=True)
 class RepoConfig:
     """Settings read from the repository's `.fluxwarden.yaml` (all optional)."""
@@ -38,6 +66,7 @@ class RepoConfig:
     strict_substitution: bool = False
     # cluster -> tiers (`name` or `namespace/name`) every change must find Ready there (live preconditions)
     required_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    graph_drift_ignore: tuple[DriftIgnore, ...] = ()  # differences between clusters that are meant
 
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
@@ -75,7 +104,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{CONFIG_FILE} must be a mapping")
-    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution"}
+    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift"}
     if unknown:
         raise ConfigError(f"{CONFIG_FILE}: unknown key(s) {', '.join(sorted(unknown))}")
     return RepoConfig(
@@ -85,6 +114,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         runtime_crds=tuple(_list(doc, "runtime_crds")),
         strict_substitution=bool(doc.get("strict_substitution", False)),
         required_tiers=_required_tiers(doc.get("clusters") or {}),
+        graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
     )
 
 
@@ -121,6 +151,33 @@ def _required_tiers(raw: Any) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `required_tiers` must be a list of tier names")
         out[str(name)] = tuple(t.strip() for t in tiers)
     return out
+
+
+def _graph_drift(raw: Any) -> tuple[DriftIgnore, ...]:
+    """`graph_drift: {ignore: [{tier, field?, dependsOn?, clusters?}]}`: differences that are meant."""
+    if raw is None:
+        return ()
+    where = f"{CONFIG_FILE}: `graph_drift`"
+    if not isinstance(raw, dict) or set(raw) - {"ignore"}:
+        raise ConfigError(f"{where} must be a mapping with one key, `ignore`")
+    entries = raw.get("ignore") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}.ignore must be a list")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) - {"tier", "field", "dependsOn", "clusters"}:
+            raise ConfigError(f"{where}.ignore: each entry is a mapping of `tier` and optional `field`, `dependsOn`, `clusters`")
+        tier, fld, dep, clusters = entry.get("tier"), entry.get("field"), entry.get("dependsOn"), entry.get("clusters") or []
+        if not isinstance(tier, str) or not tier.strip():
+            raise ConfigError(f"{where}.ignore: each entry needs `tier` (a name or namespace/name; globs allowed)")
+        if fld is not None and fld not in DRIFT_FIELDS:
+            raise ConfigError(f"{where}.ignore: `field` is one of {', '.join(DRIFT_FIELDS)} (got {fld!r})")
+        if dep is not None and (not isinstance(dep, str) or not dep.strip() or fld not in (None, "dependsOn")):
+            raise ConfigError(f"{where}.ignore: `dependsOn` names one tier (and implies field dependsOn)")
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise ConfigError(f"{where}.ignore: `clusters` must be a list of cluster names")
+        out.append(DriftIgnore(tier.strip(), "dependsOn" if dep is not None else fld, dep.strip() if dep else None, tuple(clusters)))
+    return tuple(out)
 
 
 def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:

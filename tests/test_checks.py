@@ -17,9 +17,13 @@ import pytest
 import yaml
 
 from bot.cli import main as cli_main
+from bot.config import load_repo_config
 from bot.engine import CheckOptions, check_repository
-from bot.model import Severity
+from bot.kustomize import locate_kustomize
+from bot.model import Severity, TierId
+from bot.render import Renderer
 from bot.report import CheckReport
+from bot.snapshot import build_snapshot
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +53,10 @@ def cm(name: str = "cfg", namespace: str | None = "default", **data: str) -> dic
 
 def found(report: CheckReport, check: str) -> set[tuple[str, str | None]]:
     return {(f.check, f.kustomization.name if f.kustomization else None) for f in report.findings if f.check == check}
+
+
+def severities(report: CheckReport, check: str) -> set[tuple[str, str | None, Severity]]:
+    return {(f.check, f.kustomization.name if f.kustomization else None, f.severity) for f in report.findings if f.check == check}
 
 
 def messages(report: CheckReport, check: str) -> list[str]:
@@ -154,6 +162,35 @@ def test_missing_dependency(tmp_path, files, expected, hint):
     assert found(report, "missing-dependency") == expected
     if hint:
         assert any(hint in m for m in messages(report, "missing-dependency")), messages(report, "missing-dependency")
+
+
+# A tier that failed to render may have applied the Kustomization a dependsOn names: the render-failed
+# is the one error, the dependsOn an info line.
+_BROKEN_APPS = {"apps/kustomization.yaml": kustomization("web.yaml", "absent.yaml"), "apps/web.yaml": dump(ks("web", "./web"))}
+KNOCK_ON_CASES = [
+    pytest.param(
+        repo({"apps": ks("apps", "./apps"), "b": ks("b", "./b", depends_on=["web"])}, {"b": [cm("b")], "web": [cm("w")]}, extra=_BROKEN_APPS),
+        {("missing-dependency", "b", Severity.INFO)}, "failed to render", id="hidden-by-failed-render",
+    ),
+    pytest.param(
+        # The broken tier reads no Kustomization: it cannot have made web.
+        repo({"apps": ks("apps", "./apps"), "b": ks("b", "./b", depends_on=["web"])}, {"b": [cm("b")]},
+             extra={"apps/kustomization.yaml": kustomization("cm.yaml", "absent.yaml"), "apps/cm.yaml": dump(cm("a"))}),
+        {("missing-dependency", "b", Severity.ERROR)}, "DependencyNotReady forever", id="failed-tier-without-kustomizations",
+    ),
+    pytest.param(
+        repo({"apps": ks("apps", "./nowhere"), "b": ks("b", "./b", depends_on=["web"])}, {"b": [cm("b")]}),
+        {("missing-dependency", "b", Severity.ERROR)}, "DependencyNotReady forever", id="failed-tier-path-absent",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", KNOCK_ON_CASES)
+def test_missing_dependency_knock_on(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert severities(report, "missing-dependency") == expected
+    assert any(needle in m for m in messages(report, "missing-dependency")), messages(report, "missing-dependency")
+    assert {(f.kustomization.name, f.severity) for f in report.findings if f.check == "render-failed"} == {("apps", Severity.ERROR)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,6 +403,10 @@ LITERAL_CASES = [
     pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")]), {("literal-token", "a")}, "no spec.postBuild", id="no-postbuild"),
     pytest.param(vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substitute": {}}), {("literal-token", "a")}, "loads no variable", id="postbuild-without-variables"),
     pytest.param(
+        vars_repo([obj("v1", "ConfigMap", "a", "default", metadata={"name": "a", "namespace": "default", "labels": {"kustomize.toolkit.fluxcd.io/substitute": "disabled"}}, data={"k": "${CLUSTER_NAME}"})]),
+        set(), None, id="neg-substitute-disabled-label",
+    ),
+    pytest.param(
         # The only source is not in git: its variables are unknown, so substitution may well run.
         vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}),
         set(), None, id="neg-optional-external-source",
@@ -392,6 +433,117 @@ def test_literal_token_optional_external_source_is_reported_as_unchecked(tmp_pat
     report = run(tmp_path, vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}))
     assert found(report, "substitution-source-external") == {("substitution-source-external", "a")}
     assert not [f for f in report.findings if f.severity == Severity.ERROR]
+
+
+# Severity: Flux ships a `${…}` from a tier without postBuild unchanged, often on purpose (a runner config
+# or Helm values reading the program's environment): an error only when the cluster substitutes that
+# variable in other tiers (a forgotten postBuild) or the tier has a postBuild that loads nothing.
+_SUBSTITUTING = {"b": ks("b", "./b", post_build={"substitute": {"DOMAIN": "example.net"}})}
+LITERAL_SEVERITY_CASES = [
+    pytest.param(
+        repo({"a": ks("a", "./a"), **_SUBSTITUTING}, {"a": [cm("a", k="https://auth.${DOMAIN}")], "b": [cm("b", k="${DOMAIN}")]}),
+        {("literal-token", "a", Severity.ERROR)}, "1 other tier (flux-system/b) substitute ${DOMAIN}", id="cluster-variable-without-postbuild",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a"), **_SUBSTITUTING}, {"a": [cm("a", k="labels: env-${ENV_ID}")], "b": [cm("b", k="${DOMAIN}")]}),
+        {("literal-token", "a", Severity.INFO)}, "ships as written", id="runtime-variable-without-postbuild-is-info",
+    ),
+    pytest.param(
+        # Open sources: a variable used (undefined in git) by a substituting tier is still the cluster's.
+        repo(
+            {"a": ks("a", "./a"), "b": ks("b", "./b", post_build={"substitute": {"APP": "b"}, "substituteFrom": [{"kind": "Secret", "name": "cluster-secrets"}]})},
+            {"a": [cm("a", k="https://auth.${SECRET_DOMAIN}")], "b": [cm("b", k="${SECRET_DOMAIN}")]},
+        ),
+        {("literal-token", "a", Severity.ERROR)}, "${SECRET_DOMAIN}", id="variable-from-external-source-elsewhere",
+    ),
+    pytest.param(
+        vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substitute": {}}),
+        {("literal-token", "a", Severity.ERROR)}, "loads no variable", id="postbuild-without-variables-is-error",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", LITERAL_SEVERITY_CASES)
+def test_literal_token_severity(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert severities(report, "literal-token") == expected, messages(report, "literal-token")
+    assert any(needle in m for m in messages(report, "literal-token")), messages(report, "literal-token")
+
+
+# A `${…}` in the fields a Flux Kustomization carries into its own build (patches, images, namePrefix…)
+# reaches that build and its own postBuild, not its parent's (fluxcd/pkg kustomize GenerateManifest).
+_PATCH_CM = {"target": {"kind": "ConfigMap", "name": "x"}, "patch": "- op: replace\n  path: /data/k\n  value: ${CLUSTER}\n"}
+_CHILD_PATCHES = {"patches": [{"target": {"kind": "Kustomization"}, "patch": yaml.safe_dump([
+    {"op": "add", "path": "/spec/postBuild", "value": {"substitute": {"CLUSTER": "${CLUSTER}"}}},
+])}]}
+_CHILD_ESCAPED_PATCH = {"patches": [{"target": {"kind": "Kustomization"}, "patch": yaml.safe_dump([
+    {"op": "add", "path": "/spec/patches", "value": [{"target": {"kind": "ConfigMap"}, "patch": "- op: add\n  path: /data/app\n  value: $${APP}\n"}]},
+])}]}
+CARRIED_CASES = [
+    pytest.param(
+        # The entry runs no substitution; x's own postBuild substitutes its patch.
+        repo({"x": ks("x", "./x", post_build={"substitute": {"CLUSTER": "dev"}}, **{"patches": [_PATCH_CM]})}, {"x": [cm("x")]}),
+        set(), ("x", "x", "k", "dev"), id="child-patch-own-postbuild",
+    ),
+    pytest.param(
+        repo({"x": ks("x", "./x", images=[{"name": "nginx", "newTag": "${VERSION}"}], namePrefix="${CLUSTER}-", post_build={"substitute": {"CLUSTER": "dev", "VERSION": "1.2"}})},
+             {"x": [obj("apps/v1", "Deployment", "web", "default", spec={"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}})]}),
+        set(), None, id="child-images-and-prefix-own-postbuild",
+    ),
+    pytest.param(
+        # x has no postBuild, and the cluster substitutes CLUSTER elsewhere: x (not the entry) ships it literally.
+        repo({"x": ks("x", "./x", patches=[_PATCH_CM]), **_SUBSTITUTING, "b": ks("b", "./b", post_build={"substitute": {"CLUSTER": "dev"}})},
+             {"x": [cm("x")], "b": [cm("b", k="${CLUSTER}")]}),
+        {("literal-token", "x", Severity.ERROR)}, None, id="child-patch-without-postbuild-is-the-childs",
+    ),
+    pytest.param(
+        # commonMetadata is stamped after substitution (kustomize-controller apply): the parent's token,
+        # and x substitutes CLUSTER in its own objects, so it is a mistake.
+        repo({"x": ks("x", "./x", commonMetadata={"labels": {"cluster": "${CLUSTER}"}}, post_build={"substitute": {"CLUSTER": "dev"}})}, {"x": [cm("x")]}),
+        {("literal-token", "flux-system", Severity.ERROR)}, None, id="child-common-metadata-is-the-parents",
+    ),
+    pytest.param(
+        # apps patches every child to receive CLUSTER from its own postBuild (the parent-injected pattern).
+        repo({"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}}, **_CHILD_PATCHES)},
+             {"apps": [ks("web", "./web")], "web": [cm("x", k="${CLUSTER}")]}),
+        set(), ("web", "x", "k", "dev"), id="parent-injected-substitute",
+    ),
+    pytest.param(
+        # apps escapes $${APP}: it hands web a patch with ${APP}, which web's own postBuild substitutes.
+        repo({"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}}, **_CHILD_ESCAPED_PATCH)},
+             {"apps": [ks("web", "./web", post_build={"substitute": {"APP": "web"}})], "web": [cm("x")]}),
+        set(), ("web", "x", "app", "web"), id="parent-injected-escaped-patch",
+    ),
+    pytest.param(
+        # apps injects ${CLUSTER} into its children but has no postBuild: web's CLUSTER is "${CLUSTER}".
+        repo({"apps": ks("apps", "./apps", **_CHILD_PATCHES)}, {"apps": [ks("web", "./web")], "web": [cm("x")]}),
+        {("literal-token", "apps", Severity.ERROR)}, None, id="parent-injected-without-parent-postbuild",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, value", CARRIED_CASES)
+def test_tokens_a_kustomization_carries_into_its_own_build(tmp_path, files, expected, value):
+    report = run(tmp_path / "repo", files)
+    assert severities(report, "literal-token") | severities(report, "undefined-variable") == expected, [f.message for f in report.findings]
+    assert not found(report, "render-failed"), messages(report, "render-failed")
+    if value:
+        tier, name, key, want = value
+        snapshot = build_snapshot(tmp_path / "repo", tmp_path / "snap")
+        render = Renderer(snapshot, load_repo_config(None), locate_kustomize()).render_cluster("dev", "clusters/dev")
+        objects = {m.ref.name: m.body for m in render.tiers[TierId("flux-system", tier)].manifests}
+        assert objects[name]["data"][key] == want
+
+
+def test_undefined_variable_in_a_child_spec_suggests_the_escape(tmp_path):
+    # apps substitutes, but APP is meant for web's own postBuild: apps turns it into "" first.
+    files = repo(
+        {"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}})},
+        {"apps": [ks("web", "./web", patches=[_PATCH_CM | {"patch": "- op: replace\n  path: /data/k\n  value: ${APP}\n"}], post_build={"substitute": {"APP": "web"}})], "web": [cm("x")]},
+    )
+    report = run(tmp_path, files)
+    assert severities(report, "undefined-variable") == {("undefined-variable", "apps", Severity.ERROR)}
+    assert "write it as $${APP}" in messages(report, "undefined-variable")[0]
 
 
 UNDEFINED_CASES = [
@@ -426,18 +578,33 @@ def clusters(dev_tiers, prod_tiers, dirs) -> dict[str, str]:
 
 
 _AB = {"a": [cm("a")], "b": [cm("b")]}
+_DRIFT_IGNORE = ".fluxwarden.yaml"
 DRIFT_CASES = [
     pytest.param(
         clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b")}, _AB),
-        {("graph-drift", None)}, "flux-system/b dependsOn flux-system/a only in dev", id="edge",
+        {("graph-drift", "b")}, "flux-system/b dependsOn flux-system/a in dev but not in prod, which has both", id="edge",
     ),
     pytest.param(
         clusters({"a": ks("a", "./a", wait=True), "b": ks("b", "./b")}, {"a": ks("a", "./a", wait=False), "b": ks("b", "./b")}, _AB),
-        {("graph-drift", None)}, "flux-system/a wait: True in dev, False in prod", id="wait",
+        {("graph-drift", "a")}, "flux-system/a has wait: true in dev but not in prod", id="wait",
     ),
     pytest.param(
-        clusters({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": ks("a", "./a")}, _AB),
-        {("graph-drift", None)}, "flux-system/b only in dev", id="node",
+        clusters({"a": ks("a", "./a", prune=False), "b": ks("b", "./b")}, {"a": ks("a", "./a"), "b": ks("b", "./b")}, _AB),
+        {("graph-drift", "a")}, "flux-system/a has prune: true in prod but not in dev", id="prune",
+    ),
+    pytest.param(
+        # Clusters differ on purpose: a tier only one has, and its edges, break nothing in the other.
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a")}, _AB),
+        set(), None, id="neg-node-only-in-one",
+    ),
+    pytest.param(
+        # b dependsOn a only in dev, but prod has no a: nothing to order there.
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"b": ks("b", "./b")}, _AB),
+        set(), None, id="neg-edge-to-tier-only-in-one",
+    ),
+    pytest.param(
+        clusters({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": ks("a", "./a-prod"), "b": ks("b", "./b")}, {**_AB, "a-prod": [cm("a")]}),
+        set(), None, id="neg-path-differs",
     ),
     pytest.param(
         clusters({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, _AB),
@@ -447,7 +614,17 @@ DRIFT_CASES = [
         # A Kustomization applied by a tier, not by the entry: the other cluster's graph must find it too.
         clusters({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": ks("a", "./a2"), "b": ks("b", "./b")},
                  {"a": [ks("c", "./b")], "a2": [ks("c", "./b", depends_on=["b"])], "b": [cm("b")]}),
-        {("graph-drift", None)}, "flux-system/c dependsOn flux-system/b only in prod", id="nested-edge",
+        {("graph-drift", "c")}, "flux-system/c dependsOn flux-system/b in prod but not in dev", id="nested-edge",
+    ),
+    pytest.param(
+        {**clusters({"a": ks("a", "./a", prune=False), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b")}, _AB),
+         _DRIFT_IGNORE: "graph_drift:\n  ignore:\n    - {tier: a, field: prune}\n    - {tier: flux-system/b, dependsOn: a, clusters: [prod]}\n"},
+        set(), None, id="neg-declared-intended",
+    ),
+    pytest.param(
+        {**clusters({"a": ks("a", "./a", prune=False), "b": ks("b", "./b", depends_on=["a"])}, {"a": ks("a", "./a"), "b": ks("b", "./b")}, _AB),
+         _DRIFT_IGNORE: "graph_drift:\n  ignore:\n    - {tier: a, field: wait}\n    - {tier: b, dependsOn: other}\n    - {tier: '*', clusters: [staging]}\n"},
+        {("graph-drift", "a"), ("graph-drift", "b")}, None, id="declared-for-other-differences",
     ),
 ]
 
@@ -455,9 +632,18 @@ DRIFT_CASES = [
 @pytest.mark.parametrize("files, expected, needle", DRIFT_CASES)
 def test_graph_drift(tmp_path, files, expected, needle):
     report = run(tmp_path, files)
-    assert found(report, "graph-drift") == expected
+    assert found(report, "graph-drift") == expected, messages(report, "graph-drift")
     if needle:
         assert any(needle in m for m in messages(report, "graph-drift")), messages(report, "graph-drift")
+    for finding in report.findings:
+        if finding.check == "graph-drift":
+            assert finding.location is not None, finding
+
+
+def test_graph_drift_points_at_the_cluster_that_lacks_the_edge(tmp_path):
+    # dev's c (written in a/objects.yaml) lacks the dependsOn that prod's c (a2/objects.yaml) has.
+    report = run(tmp_path, DRIFT_CASES[7].values[0])
+    assert [str(f.location) for f in report.findings if f.check == "graph-drift"] == ["a/objects.yaml:1"]
 
 
 # --------------------------------------------------------------------------------------------

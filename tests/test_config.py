@@ -9,7 +9,7 @@ import pytest
 from bot.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
 from bot.errors import ConfigError
 from bot.knowledge import default_knowledge
-from bot.model import GroupKind, SourceRef
+from bot.model import GroupKind, SourceRef, TierId
 from bot.snapshot import Snapshot
 from tests.fluxrepo import kustomization, write_tree
 
@@ -41,13 +41,39 @@ def test_defaults() -> None:
         ("runtime_crds: {a: b}\n", "`runtime_crds` must be a list"),
         ("- a\n- b\n", "must be a mapping"),
         ("a: [\n", "not valid YAML"),
+        ("graph_drift: [a]\n", "`graph_drift` must be a mapping"),
+        ("graph_drift: {ignore: {tier: a}}\n", "`graph_drift`.ignore must be a list"),
+        ("graph_drift: {ignore: [{field: wait}]}\n", "each entry needs `tier`"),
+        ("graph_drift: {ignore: [{tier: a, field: path}]}\n", "`field` is one of dependsOn, wait, prune"),
+        ("graph_drift: {ignore: [{tier: a, field: wait, dependsOn: b}]}\n", "`dependsOn` names one tier"),
+        ("graph_drift: {ignore: [{tier: a, cluster: prod}]}\n", "each entry is a mapping of `tier`"),
+        ("graph_drift: {ignore: [{tier: a, clusters: prod}]}\n", "`clusters` must be a list"),
     ],
-    ids=["clusters-list", "no-path", "path-escapes", "tier-order", "tier-order-escapes", "source", "runtime-crds", "not-mapping", "bad-yaml"],
+    ids=[
+        "clusters-list", "no-path", "path-escapes", "tier-order", "tier-order-escapes", "source", "runtime-crds", "not-mapping", "bad-yaml",
+        "drift-not-mapping", "drift-ignore-not-list", "drift-no-tier", "drift-bad-field", "drift-depends-on-with-other-field",
+        "drift-unknown-key", "drift-clusters-not-list",
+    ],
 )
 def test_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=None) as err:
         load_repo_config(text)
     assert message in str(err.value)
+
+
+def test_graph_drift_ignore() -> None:
+    config = load_repo_config(
+        "graph_drift:\n  ignore:\n    - {tier: apps, field: prune}\n    - {tier: 'flux-system/infra-*', dependsOn: storage, clusters: [staging]}\n"
+    )
+    prune, edge = config.graph_drift_ignore
+    apps, infra, storage = TierId("flux-system", "apps"), TierId("flux-system", "infra-net"), TierId("flux-system", "storage")
+    assert prune.covers(apps, "prune", ("dev", "prod")) and not prune.covers(apps, "wait", ("dev", "prod"))
+    assert prune.covers(TierId("team", "apps"), "prune", ("dev", "prod"))  # a bare name matches in any namespace
+    assert edge.field == "dependsOn"
+    assert edge.covers(infra, "dependsOn", ("staging", "prod"), storage)
+    assert not edge.covers(infra, "dependsOn", ("dev", "prod"), storage)  # neither compared cluster listed
+    assert not edge.covers(infra, "dependsOn", ("staging", "prod"), apps)  # another edge
+    assert not edge.covers(TierId("apps", "infra-net"), "dependsOn", ("staging", "prod"), storage)  # namespace in the pattern
 
 
 def test_sources_override() -> None:

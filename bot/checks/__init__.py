@@ -31,12 +31,59 @@ class CheckContext:
         return spec.origin if spec else None
 
     def before(self, tier: TierId, provider_tier: TierId) -> bool:
-        """Whether `provider_tier` is applied before `tier` on a cold cluster.
+        """Whether `provider_tier`'s CRDs, Namespaces and cluster-scoped providers exist before `tier` applies.
 
-        True for a dependency (dependsOn, transitively) and for the cluster entry: flux bootstrap
-        applies the entry path before any Kustomization it defines exists.
+        True for a dependency (dependsOn, transitively) and for an ancestor: the Kustomization that
+        applies `tier` (or applies one of its ancestors, up to the cluster entry). Its staged apply
+        writes CRDs, Namespaces and ClusterRoles first, then `*Class` objects, then the rest one by
+        one in kind order (fluxcd/pkg ssa/manager_apply.go ApplyAllStaged, ssa/sort.go): every
+        provider kind the checks track (StorageProfile.cdi.kubevirt.io, ClusterIssuer.cert-manager.io
+        included) sorts before Kustomization.kustomize.toolkit.fluxcd.io, so it exists before the
+        child Kustomization object does. Not for what a controller makes later (see `waits_for`).
         """
-        return provider_tier == self.render_entry or self.graph.depends_on(tier, provider_tier)
+        return self.graph.depends_on(tier, provider_tier) or self.is_ancestor(provider_tier, tier)
+
+    def waits_for(self, tier: TierId, provider_tier: TierId) -> bool:
+        """Whether Flux holds `tier` until `provider_tier` is Ready: only a dependsOn does.
+
+        A child exists (and reconciles) as soon as its parent's apply writes it, before the parent's
+        own health checks or `wait` have run.
+        """
+        return self.graph.depends_on(tier, provider_tier)
+
+    def is_ancestor(self, ancestor: TierId, tier: TierId) -> bool:
+        """Whether `ancestor` applies `tier`, directly or through Kustomizations it applies."""
+        return ancestor in self.parents(tier)
+
+    def parents(self, tier: TierId) -> list[TierId]:
+        """The Kustomizations that apply `tier`: its parent first, up to the cluster entry."""
+        chain: list[TierId] = []
+        spec = self.graph.specs.get(tier)
+        while spec is not None and spec.defined_in is not None and spec.defined_in not in chain and spec.defined_in != tier:
+            chain.append(spec.defined_in)
+            spec = self.graph.specs.get(spec.defined_in)
+        return chain
+
+    def add_dependency(self, tier: TierId, owners: Iterable[TierId], suffix: str = "") -> str:
+        """The advice `Add dependsOn: …` for the owners `tier` may depend on (`suffix` after it).
+
+        Never its own ancestor or descendant: the child exists only once the parent has applied, so
+        either edge waits forever (or deadlocks with the parent's wait). Objects that need a provider
+        their own tier applies through a child must move below that child instead.
+        """
+        owners = sorted(set(owners))
+        free = [o for o in owners if not self.is_ancestor(o, tier) and not self.is_ancestor(tier, o)]
+        below = [o for o in owners if self.is_ancestor(tier, o)]
+        advice = []
+        if free:
+            advice.append(f"Add dependsOn: {name_list(str(o) for o in free)}{suffix}")
+        if below:
+            names = name_list(str(o) for o in below)
+            advice.append(
+                f"{names} {'is' if len(below) == 1 else 'are'} applied by {tier} itself, so {tier} cannot depend on "
+                f"{'it' if len(below) == 1 else 'them'}: move these objects into a Kustomization that dependsOn {names}{suffix}"
+            )
+        return "; ".join(advice)
 
     @property
     def render_entry(self) -> TierId:

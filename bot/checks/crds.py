@@ -46,14 +46,15 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[Obj
         if any(p.tier == tier or ctx.before(tier, p.tier) for p in static if p.tier):
             return
         # A chart/operator in a waited dependency also brings it: ordered, even if git has a copy elsewhere.
-        if any(p.at_runtime and p.tier and p.tier != tier and ctx.before(tier, p.tier) and _waited(ctx, p) for p in providers):
+        if any(p.at_runtime and p.tier and p.tier != tier and _waited(ctx, tier, p) for p in providers):
             return
         owners = name_list(str(p.tier) for p in static if p.tier)
         yield finding(
             "crd-not-ordered",
             Severity.ERROR,
             f"{what} need the CRD for {gk}, which {owners} applies; {tier} does not depend on it, so on a cold "
-            f"cluster its dry-run can fail with \"no matches for kind {gk.kind}\". Add dependsOn: {owners}",
+            f"cluster its dry-run can fail with \"no matches for kind {gk.kind}\". "
+            + ctx.add_dependency(tier, (p.tier for p in static if p.tier)),
         )
         return
     runtime = [p for p in providers if p.at_runtime and p.tier is not None]
@@ -82,9 +83,23 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
     # Prefer a provider that is ordered correctly; judge waiting on that one.
     ordered = [p for p in runtime if p.tier != tier and ctx.before(tier, p.tier)]
     if ordered:
-        if any(_waited(ctx, p) for p in ordered):
+        if any(_waited(ctx, tier, p) for p in ordered):
             return
-        p = ordered[0]
+        dependencies = [p for p in ordered if ctx.waits_for(tier, p.tier)]
+        if not dependencies:
+            # Only ancestors: the child exists as soon as their apply writes it, whatever they wait for,
+            # and a dependsOn on an ancestor deadlocks with its wait. The provider needs a tier of its own.
+            p = ordered[0]
+            yield finding(
+                "dependency-not-waited",
+                Severity.WARNING,
+                f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} "
+                f"applies {tier} itself, so {tier} reconciles as soon as it is written, before the CRD exists (its "
+                f"dry-run fails and retries until then; wait: true on {p.tier} does not hold it back). Move "
+                f"{p.via.kind} {p.via.name} into a Kustomization of its own with wait: true and add it to {tier}'s dependsOn",
+            )
+            return
+        p = dependencies[0]
         yield finding(
             "dependency-not-waited",
             Severity.WARNING,
@@ -101,8 +116,9 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
             Severity.ERROR,
             f"{what} need the {gk} CRD, which is created at run time by {p.description} — in this same tier. "
             f"Flux dry-runs the whole tier first, the unknown kind aborts it, {p.via.kind} {p.via.name} is never "
-            f"applied, the CRD is never created: {tier} can never converge. Move these objects to their own tier "
-            f"with dependsOn: {tier} and wait: true",
+            f"applied, the CRD is never created: {tier} can never converge. Keep {p.via.kind} {p.via.name} in a "
+            f"Kustomization with wait: true and move these objects into another one that dependsOn it (not one that "
+            f"{tier} applies itself)",
         )
         return
     owners = name_list(str(p.tier) for p in runtime)
@@ -113,22 +129,23 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
             "crd-not-ordered",
             Severity.ERROR,
             f"{what} need the CRD for {gk}, which {p.description} in {owners} installs; {tier} does not depend "
-            f"on it, so on a cold cluster its dry-run can fail with \"no matches for kind {gk.kind}\". Add "
-            f"dependsOn: {owners} (with wait: true there)",
+            f"on it, so on a cold cluster its dry-run can fail with \"no matches for kind {gk.kind}\". "
+            + ctx.add_dependency(tier, (q.tier for q in runtime), " (with wait: true there)"),
         )
         return
     yield finding(
         "second-order-crd",
         Severity.ERROR,
         f"{what} need the {gk} CRD, created at run time by {p.description} in {owners}; {tier} does not depend "
-        f"on it, so its dry-run fails until that has happened. Add dependsOn: {owners} (with wait: true there)",
+        f"on it, so its dry-run fails until that has happened. " + ctx.add_dependency(tier, (q.tier for q in runtime), " (with wait: true there)"),
     )
 
 
-def _waited(ctx: CheckContext, provider: Provider) -> bool:
-    """Whether the provider's tier health-checks the object that brings the CRD (wait: true covers all)."""
+def _waited(ctx: CheckContext, tier: TierId, provider: Provider) -> bool:
+    """Whether `tier` depends on the provider's tier and that tier health-checks the object that brings
+    the CRD (wait: true covers all)."""
     spec = ctx.graph.specs.get(provider.tier)
-    if spec is None or provider.via is None:
+    if spec is None or provider.via is None or not ctx.waits_for(tier, provider.tier):
         return False
     if spec.wait:
         return True

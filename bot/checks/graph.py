@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from bot.checks import CheckContext, check, name_list
 from bot.errors import TierOrderError
+from bot.flux import KUSTOMIZATION_GROUP
 from bot.graph import TierGraph
-from bot.model import Finding, Severity, SourceLocation
+from bot.model import Finding, Severity, SourceLocation, TierId
+from bot.snapshot import CONFIG_FILE
 from bot.tierorder import read_tier_order, stale_reasons
 
 
@@ -23,16 +26,30 @@ def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@check(("missing-dependency", Severity.ERROR, "dependsOn names a Kustomization the cluster does not have"))
+@check(("missing-dependency", Severity.ERROR, "dependsOn names a Kustomization the cluster does not have (info when a tier that failed to render may have created it)"))
 def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
     by_name: dict[str, list[str]] = {}
     for tid in ctx.graph.nodes:
         by_name.setdefault(tid.name, []).append(str(tid))
+    hiding: list[TierId] | None = None
     for tier, dep in ctx.graph.missing_dependencies():
         hint = ""
         if dep.name in by_name:
             # dependsOn[].namespace defaults to the dependent's own namespace (Flux v1 API docs).
             hint = f"; did you mean {name_list(by_name[dep.name])}? (dependsOn namespace defaults to {tier.namespace})"
+        if hiding is None:
+            hiding = _failed_creators(ctx)
+        if hiding:
+            # Knock-on of a failed render: the render-failed finding is the error.
+            yield Finding(
+                "missing-dependency",
+                Severity.INFO,
+                f"{tier} dependsOn {dep}, which this render does not have; it may be one of the Kustomizations of "
+                f"{name_list(str(t) for t in hiding)}, which failed to render (see render-failed){hint}",
+                kustomization=tier,
+                location=ctx.tier_location(tier),
+            )
+            continue
         yield Finding(
             "missing-dependency",
             Severity.ERROR,
@@ -42,40 +59,86 @@ def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@check(("graph-drift", Severity.WARNING, "this cluster's tier graph (nodes, edges, wait/prune) differs from another cluster's"))
+def _failed_creators(ctx: CheckContext) -> list[TierId]:
+    """Tiers that failed to render and could have applied Flux Kustomizations (whose own children
+    could be anything): the rest of their output is unknown.
+
+    One that reads no file naming the Kustomization API cannot make one; one whose path does not
+    exist makes nothing, in Flux too.
+    """
+    snapshot = ctx.render.snapshot
+    out = []
+    for tid, tier in ctx.render.tiers.items():
+        if not tier.failed or not snapshot.is_dir(tier.spec.path):
+            continue
+        files = [p for p in tier.inputs if snapshot.is_file(p)]
+        if not files or any(KUSTOMIZATION_GROUP in (snapshot.read_text(p) or "") for p in files):
+            out.append(tid)
+    return out
+
+
+@check(("graph-drift", Severity.WARNING, "a tier two clusters both have differs in a way that breaks one: a dependsOn whose target both have, or wait/prune flipped"))
 def graph_drift(ctx: CheckContext) -> Iterator[Finding]:
     here = ctx.render.cluster
+    ignore = ctx.config.graph_drift_ignore
     for other, graph in sorted(ctx.other_graphs.items()):
-        differences = list(graph_differences(ctx.graph, graph, here, other, entry=ctx.render_entry))
-        if differences:
-            shown = "; ".join(differences[:8]) + (f"; and {len(differences) - 8} more" if len(differences) > 8 else "")
-            yield Finding(
-                "graph-drift",
-                Severity.WARNING,
-                f"the tier graph of {here} differs from {other}: {shown}",
-            )
+        for drift in graph_differences(ctx.graph, graph, here, other):
+            if any(rule.covers(drift.tier, drift.field, (here, other), drift.depends_on) for rule in ignore):
+                continue
+            yield Finding("graph-drift", Severity.WARNING, drift.message, kustomization=drift.tier, location=drift.location)
 
 
-def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str, entry: object = None) -> Iterator[str]:
-    """Human sentences for each node, edge, wait or prune difference between two graphs.
+@dataclass(frozen=True)
+class Drift:
+    """One difference between two clusters' graphs that can break one of them."""
 
-    The cluster entry's path differs by design (clusters/dev vs clusters/prod), so only its edges count.
+    tier: TierId
+    field: str  # dependsOn | wait | prune
+    message: str
+    location: SourceLocation | None
+    depends_on: TierId | None = None
+
+
+_IGNORE_HINT = f"(if this is meant, declare it under graph_drift.ignore in {CONFIG_FILE})"
+
+
+def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str) -> Iterator[Drift]:
+    """The differences that break something, for the tiers both clusters have.
+
+    Clusters differ on purpose (a tier only staging has, another path per environment): only a
+    dependsOn edge one cluster lacks although both have its target, and wait/prune flipped, count.
     """
-    a_nodes, b_nodes = set(a.specs), set(b.specs)
-    for tid in sorted(a_nodes - b_nodes):
-        yield f"{tid} only in {a_name}"
-    for tid in sorted(b_nodes - a_nodes):
-        yield f"{tid} only in {b_name}"
-    for tid in sorted(a_nodes & b_nodes):
+    for tid in sorted(set(a.specs) & set(b.specs)):
         sa, sb = a.specs[tid], b.specs[tid]
-        for dep in sorted(set(sa.depends_on) - set(sb.depends_on)):
-            yield f"{tid} dependsOn {dep} only in {a_name}"
-        for dep in sorted(set(sb.depends_on) - set(sa.depends_on)):
-            yield f"{tid} dependsOn {dep} only in {b_name}"
-        for field in ("wait", "prune") if tid == entry else ("wait", "prune", "path"):
-            va, vb = getattr(sa, field), getattr(sb, field)
-            if va != vb:
-                yield f"{tid} {field}: {va!r} in {a_name}, {vb!r} in {b_name}"
+        for has, lacks, has_name, lacks_name in ((sa, sb, a_name, b_name), (sb, sa, b_name, a_name)):
+            for dep in sorted(set(has.depends_on) - set(lacks.depends_on)):
+                if dep in a.specs and dep in b.specs:
+                    yield Drift(
+                        tid,
+                        "dependsOn",
+                        f"{tid} dependsOn {dep} in {has_name} but not in {lacks_name}, which has both: there {tid} can "
+                        f"apply before {dep} is Ready {_IGNORE_HINT}",
+                        lacks.origin or has.origin,
+                        dep,
+                    )
+        if sa.wait != sb.wait:
+            waits, loose = (a_name, b_name) if sa.wait else (b_name, a_name)
+            yield Drift(
+                tid,
+                "wait",
+                f"{tid} has wait: true in {waits} but not in {loose}: there it is Ready as soon as it is applied, so "
+                f"the tiers that depend on it can start before its objects are healthy {_IGNORE_HINT}",
+                sa.origin,
+            )
+        if sa.prune != sb.prune:
+            prunes, keeps = (a_name, b_name) if sa.prune else (b_name, a_name)
+            yield Drift(
+                tid,
+                "prune",
+                f"{tid} has prune: true in {prunes} but not in {keeps}: there objects removed from git stay on the "
+                f"cluster, and a change that moves objects between tiers behaves differently {_IGNORE_HINT}",
+                sa.origin,
+            )
 
 
 @check(("tier-order-stale", Severity.WARNING, "the tier order list misses a tier or lists one before a tier it depends on"))

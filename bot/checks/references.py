@@ -8,6 +8,10 @@ from typing import Iterator
 from bot.checks import CheckContext, check, name_list, plural
 from bot.model import Finding, Severity, TierId
 
+# Namespaces every cluster has from the start (kube-apiserver creates them): git may define them (to
+# label them), but nothing waits for that.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+
 
 @check(("missing-provider", Severity.WARNING, "an object names a cluster-scoped provider (StorageClass, ClusterIssuer, IngressClass, GatewayClass, PriorityClass, RuntimeClass, its Namespace) that git defines in a tier this one does not depend on"))
 def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
@@ -17,9 +21,13 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             defined[provider].add(tier_id)
     for tier_id in ctx.render.tiers:
         for (kind, name, how), objects in sorted(ctx.facts[tier_id].provider_uses.items()):
+            if kind == "Namespace" and name in SYSTEM_NAMESPACES:
+                continue
             owners = defined.get((kind, name))
+            # Not in git (made elsewhere), the same tier (staged apply), a dependency, or an ancestor:
+            # the parent's apply writes it before the child Kustomization object exists (see `before`).
             if not owners or tier_id in owners or any(ctx.before(tier_id, o) for o in owners):
-                continue  # not in git (made elsewhere), same tier (staged apply), or applied before
+                continue
             owner_names = name_list(str(o) for o in owners)
             first = objects[0]
             yield Finding(
@@ -27,7 +35,7 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
                 Severity.WARNING,
                 f"{plural(len(objects), 'object')} ({name_list(str(m.ref) for m in objects)}) use {kind} {name} "
                 f"({how}), which {owner_names} defines; {tier_id} does not depend on it, so on a cold cluster they can "
-                f"be applied before it exists. Add dependsOn: {owner_names}",
+                f"be applied before it exists. " + ctx.add_dependency(tier_id, owners),
                 kustomization=tier_id,
                 object=first.ref,
                 location=ctx.locate(first),
