@@ -33,6 +33,12 @@ POD_TEMPLATE_PATHS = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 PROVIDER_KINDS = ("Namespace", "StorageClass", "StorageProfile", "ClusterIssuer", "IngressClass", "GatewayClass", "PriorityClass", "RuntimeClass")
+FLUX_PREFIX = "kustomize.toolkit.fluxcd.io/"
+# Objects kustomize-controller never applies over a live one: skipped by its exclusion selector
+# (`reconcile: disabled`, `ssa: Ignore`) or created only when absent (`ssa: IfNotPresent`); a label
+# or an annotation, compared case-insensitively (fluxcd/pkg ssa/utils/meta.go AnyInMetadata,
+# kustomize-controller KustomizationReconciler.apply).
+_NOT_APPLIED_OVER = {"reconcile": ("disabled",), "ssa": ("ignore", "ifnotpresent")}
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class TierFacts:
     derived: tuple[tuple[GroupKind, ObjectRef], ...] = ()  # kinds its objects define at run time (XRDs…)
     provider_defs: frozenset[tuple[str, str]] = frozenset()  # cluster-scoped (kind, name) of PROVIDER_KINDS
     provider_uses: Mapping[tuple[str, str, str], tuple[ObjectStub, ...]] = field(default_factory=dict)  # (kind, name, how)
+    not_applied_over: frozenset[ObjectRef] = frozenset()  # never applied over a live object (see _NOT_APPLIED_OVER)
+    unpruned: frozenset[ObjectRef] = frozenset()  # `kustomize.toolkit.fluxcd.io/prune: disabled`
 
 
 def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierFacts:
@@ -69,6 +77,8 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
     derived: list[tuple[GroupKind, ObjectRef]] = []
     provider_defs: set[tuple[str, str]] = set()
     provider_uses: dict[tuple[str, str, str], list[ObjectStub]] = {}
+    not_applied_over: set[ObjectRef] = set()
+    unpruned: set[ObjectRef] = set()
     count = 0
     for position, manifest in enumerate(manifests):
         count += 1
@@ -91,6 +101,10 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
             provider_defs.add((ref.kind, ref.name))
         for use in required_providers(manifest):
             provider_uses.setdefault(use, []).append(stub)
+        if any(flux_control(manifest, key, values) for key, values in _NOT_APPLIED_OVER.items()):
+            not_applied_over.add(ref)
+        if flux_control(manifest, "prune", ("disabled",)):
+            unpruned.add(ref)
     return TierFacts(
         count=count,
         kinds={gk: tuple(stubs) for gk, stubs in kinds.items()},
@@ -101,7 +115,18 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
         derived=tuple(derived),
         provider_defs=frozenset(provider_defs),
         provider_uses={use: tuple(stubs) for use, stubs in provider_uses.items()},
+        not_applied_over=frozenset(not_applied_over),
+        unpruned=frozenset(unpruned),
     )
+
+
+def flux_control(manifest: Manifest, key: str, values: tuple[str, ...]) -> bool:
+    """Whether the label or the annotation `kustomize.toolkit.fluxcd.io/<key>` is one of `values` (any case)."""
+    for meta in (manifest.labels, manifest.annotations):
+        value = meta.get(FLUX_PREFIX + key) if isinstance(meta, Mapping) else None
+        if isinstance(value, str) and value.lower() in values:
+            return True
+    return False
 
 
 class FactsStore:

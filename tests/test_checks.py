@@ -370,6 +370,26 @@ PROVIDER_CASES = [
     pytest.param(repo({"a": ks("a", "./a")}, {"a": [LONGHORN_VM, PVC, TEAM_NS, cm("x", "team")]}), set(), [], id="neg-same-tier"),
     pytest.param(two_tiers([LONGHORN_VM, ISSUER, INGRESS_CLASS, TEAM_NS], [PVC, CERTIFICATE, INGRESS, cm("x", "team")], b_depends=["a"]), set(), [], id="neg-dependency"),
     pytest.param(repo({"b": ks("b", "./b")}, {"b": [PVC, CERTIFICATE, INGRESS, cm("x", "team")]}), set(), [], id="neg-not-in-git"),
+    pytest.param(
+        # apps creates Namespace team in its first apply stage, before the Kustomization web it also applies exists.
+        repo({"apps": ks("apps", "./apps")}, {"apps": [TEAM_NS, ks("web", "./web", namespace="team", **_SRC)], "web": [cm("x", "team")]}),
+        set(), [], id="neg-namespace-from-parent",
+    ),
+    pytest.param(
+        # ... and from a grandparent: apps applies infra, which applies web.
+        repo({"apps": ks("apps", "./apps")}, {"apps": [TEAM_NS, ISSUER, LONGHORN_VM, ks("infra", "./infra")], "infra": [ks("web", "./web")], "web": [cm("x", "team"), PVC, CERTIFICATE]}),
+        set(), [], id="neg-providers-from-ancestors",
+    ),
+    pytest.param(
+        two_tiers([obj("v1", "Namespace", "kube-system", metadata={"name": "kube-system", "labels": {"x": "y"}}), obj("v1", "Namespace", "default")], [cm("x", "kube-system"), cm("y", "default")]),
+        set(), [], id="neg-system-namespaces-always-exist",
+    ),
+    pytest.param(
+        # The owner is apps' own child: apps cannot depend on it (it would wait forever); move the objects.
+        repo({"apps": ks("apps", "./apps")}, {"apps": [PVC, ks("storage", "./storage")], "storage": [LONGHORN_VM]}),
+        {("missing-provider", "apps")}, ["flux-system/storage is applied by flux-system/apps itself, so flux-system/apps cannot depend on it"],
+        id="owner-is-a-child",
+    ),
 ]
 
 
@@ -381,6 +401,98 @@ def test_missing_provider(tmp_path, files, expected, needles):
     assert len(got) == len(needles), got
     for needle in needles:
         assert any(needle in m for m in got), (needle, got)
+
+
+def _advice(report: CheckReport) -> list[str]:
+    return [f"{f.kustomization}: {f.message}" for f in report.findings if "dependsOn" in f.message]
+
+
+# Never advise a Kustomization to depend on its own ancestor or descendant: the child exists only once
+# the parent has applied it, so either edge waits forever (or deadlocks with the parent's wait).
+PARENT_CASES = [
+    pytest.param(
+        # A CRD in the parent is applied in its first stage, before the child exists.
+        repo({"apps": ks("apps", "./apps")}, {"apps": [WIDGET_CRD, ks("web", "./web")], "web": [WIDGET]}),
+        set(), None, id="neg-crd-from-parent",
+    ),
+    pytest.param(
+        # A CRD the operator in the parent creates at run time: the child reconciles before it, whatever the parent waits for.
+        repo({"apps": ks("apps", "./apps", wait=True)}, {"apps": [CDI_CRD, CDI_CR, ks("web", "./web")], "web": [PROFILE]}),
+        {("dependency-not-waited", "web")}, "Move CDI cdi into a Kustomization of its own", id="runtime-crd-from-parent",
+    ),
+    pytest.param(
+        # The CRD is in a child of the tier that uses the kind.
+        repo({"apps": ks("apps", "./apps")}, {"apps": [WIDGET, ks("crds", "./crds")], "crds": [WIDGET_CRD]}),
+        {("crd-not-ordered", "apps")}, "flux-system/crds is applied by flux-system/apps itself", id="crd-in-a-child",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", PARENT_CASES)
+def test_parents_and_children(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    got = {(f.check, f.kustomization.name) for f in report.findings if f.severity != Severity.INFO}
+    assert got == expected, [f.message for f in report.findings]
+    if needle:
+        assert any(needle in m for m in messages(report, next(iter(expected))[0])), [f.message for f in report.findings]
+    for advice in _advice(report):
+        # web's parent is apps, and crds' parent is apps: no "dependsOn: flux-system/apps" for web, none on crds for apps.
+        assert "Add dependsOn: flux-system/apps" not in advice and "Add dependsOn: flux-system/crds" not in advice, advice
+
+
+# --------------------------------------------------------------------------------------------
+# duplicate-object
+
+
+def _annotated(name: str, **annotations: str) -> dict[str, Any]:
+    return obj("v1", "ConfigMap", name, "default", metadata={"name": name, "namespace": "default", "annotations": annotations}, data={"k": "v"})
+
+
+_KUBECONFIG = {"secretRef": {"name": "spoke-kubeconfig"}}
+DUPLICATE_CASES = [
+    pytest.param(two_tiers([cm("shared")], [cm("shared")]), {("duplicate-object", "a", Severity.ERROR)}, "ConfigMap/default/shared", id="same-object-two-tiers"),
+    pytest.param(
+        # Grouped by the tiers that share them: one finding for both objects.
+        two_tiers([cm("x"), cm("y"), cm("a")], [cm("x"), cm("y"), cm("b")]),
+        {("duplicate-object", "a", Severity.ERROR)}, "2 objects (ConfigMap/default/x, ConfigMap/default/y)", id="grouped",
+    ),
+    pytest.param(
+        two_tiers([cm("shared")], [cm("shared")], a_spec={"prune": False}, b_spec={"prune": False}),
+        {("duplicate-object", "a", Severity.WARNING)}, "none of them prunes it", id="no-pruner-is-warning",
+    ),
+    pytest.param(
+        two_tiers([_annotated("shared", **{"kustomize.toolkit.fluxcd.io/prune": "Disabled"})], [_annotated("shared", **{"kustomize.toolkit.fluxcd.io/prune": "disabled"})]),
+        {("duplicate-object", "a", Severity.WARNING)}, "none of them prunes it", id="prune-disabled-is-warning",
+    ),
+    pytest.param(two_tiers([cm("shared", "one")], [cm("shared", "two")]), set(), None, id="neg-other-namespace"),
+    pytest.param(
+        two_tiers([cm("shared")], [_annotated("shared", **{"kustomize.toolkit.fluxcd.io/ssa": "IfNotPresent"})]),
+        set(), None, id="neg-if-not-present",
+    ),
+    pytest.param(
+        # The same path for two clusters: the spoke's copy goes to another API server.
+        repo({"a": ks("a", "./shared"), "b": ks("b", "./shared", kubeConfig=_KUBECONFIG)}, {"shared": [cm("shared")]}),
+        set(), None, id="neg-other-cluster-kubeconfig",
+    ),
+    pytest.param(
+        # ... and so do the Kustomizations the spoke tier applies there.
+        repo({"a": ks("a", "./shared"), "b": ks("b", "./spoke", kubeConfig=_KUBECONFIG)}, {"shared": [cm("shared")], "spoke": [ks("c", "./shared")]}),
+        set(), None, id="neg-child-of-kubeconfig-tier",
+    ),
+    pytest.param(
+        # A Kustomization applied twice is the render's "defined more than once".
+        repo({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": [ks("c", "./c")], "b": [ks("c", "./c")], "c": [cm("c")]}),
+        set(), None, id="neg-kustomization-objects",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", DUPLICATE_CASES)
+def test_duplicate_object(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert severities(report, "duplicate-object") == expected, messages(report, "duplicate-object")
+    if needle:
+        assert any(needle in m for m in messages(report, "duplicate-object")), messages(report, "duplicate-object")
 
 
 # --------------------------------------------------------------------------------------------
@@ -723,7 +835,12 @@ def test_no_false_alarms(tmp_path, files):
     assert [(f.check, str(f.kustomization), f.message) for f in report.findings] == []
 
 
-CACHED_CASES = [pytest.param(case.values[0], id=case.id) for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES, *DRIFT_CASES)]
+# (Not the duplicate Kustomization case: which definition the render keeps is the first finished.)
+CACHED_CASES = [
+    pytest.param(case.values[0], id=case.id)
+    for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES, *DRIFT_CASES, *DUPLICATE_CASES)
+    if case.id != "neg-kustomization-objects"
+]
 
 
 @pytest.mark.parametrize("files", CACHED_CASES)

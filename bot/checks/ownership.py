@@ -1,0 +1,105 @@
+"""duplicate-object: one object applied by two Kustomizations, which then fight over it."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from bot.checks import CheckContext, check, name_list, plural
+from bot.facts import ObjectStub
+from bot.flux import KUSTOMIZATION_GROUP, DEFAULT_NAMESPACE
+from bot.model import Finding, Severity, TierId
+
+
+@check(("duplicate-object", Severity.ERROR, "one object (group, kind, namespace, name) is applied by two Kustomizations on the same cluster (warning when none of them can prune it)"))
+def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
+    # Every apply is a server-side apply with ForceOwnership that stamps the applier's owner labels
+    # (kustomize-controller KustomizationReconciler.apply, SetOwnerLabels): the object changes hands
+    # on every reconcile, and a prune deletes it only while it carries the pruner's labels
+    # (fluxcd/pkg ssa/manager_delete.go), so the one that stops applying it last-held deletes it
+    # while the other still defines it.
+    appliers: dict[tuple, list[tuple[TierId, ObjectStub]]] = {}
+    targets = _Targets(ctx)
+    for tier_id, tier in ctx.render.tiers.items():
+        if not tier.rendered:
+            continue
+        facts = ctx.facts[tier_id]
+        target = targets.of(tier_id)
+        for gk, stubs in facts.kinds.items():
+            if gk.group == KUSTOMIZATION_GROUP and gk.kind == "Kustomization":
+                continue  # a Kustomization defined twice is reported by the render ("defined more than once")
+            for stub in stubs:
+                if stub.ref in facts.not_applied_over:
+                    continue
+                appliers.setdefault((target, stub.ref.identity), []).append((tier_id, stub))
+    groups: dict[tuple[TierId, ...], list[tuple[TierId, ObjectStub]]] = {}
+    for found in appliers.values():
+        tiers = tuple(sorted({t for t, _ in found}))
+        if len(tiers) > 1:
+            groups.setdefault(tiers, []).extend(found)
+    for tiers, found in sorted(groups.items()):
+        first_tier = tiers[0]
+        first = next(stub for t, stub in found if t == first_tier)
+        refs = list(dict.fromkeys(str(stub.ref) for _, stub in found))
+        pruners = [
+            t for t in tiers
+            if ctx.graph.specs[t].prune and any(tid == t and stub.ref not in ctx.facts[t].unpruned for tid, stub in found)
+        ]
+        what = f"{plural(len(refs), 'object')} ({name_list(refs, 3)})"
+        who = name_list(str(t) for t in tiers)
+        if pruners:
+            severity, consequence = Severity.ERROR, (
+                f"and when one of them stops applying {'it' if len(refs) == 1 else 'them'}, "
+                f"{name_list(str(t) for t in pruners)} (prune: true) deletes {'it' if len(refs) == 1 else 'them'} if it "
+                f"applied last, while the other still defines {'it' if len(refs) == 1 else 'them'}"
+            )
+        else:
+            severity, consequence = Severity.WARNING, (
+                "none of them prunes it (prune: false or kustomize.toolkit.fluxcd.io/prune: disabled), but each apply "
+                "takes its fields over"
+            )
+        yield Finding(
+            "duplicate-object",
+            severity,
+            f"{what} {'is' if len(refs) == 1 else 'are'} applied by {who}: each apply takes the object over (its owner "
+            f"labels kustomize.toolkit.fluxcd.io/name|namespace), so it changes hands on every reconcile, {consequence}. "
+            f"Keep each object in one Kustomization",
+            kustomization=first_tier,
+            object=first.ref,
+            location=ctx.locate(first),
+        )
+
+
+class _Targets:
+    """The cluster each tier applies to: its own `spec.kubeConfig`, else the one its parent applied it to.
+
+    Two tiers rendering the same path for different clusters apply different objects. Two kubeConfigs
+    naming different Secrets are taken as different clusters (whether they are cannot be known).
+    """
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self._memo: dict[TierId, str | None] = {}
+
+    def of(self, tier: TierId) -> str | None:
+        if tier in self._memo:
+            return self._memo[tier]
+        self._memo[tier] = None  # a cycle in the parent chain ends here
+        spec = self.ctx.graph.specs.get(tier)
+        parent = spec.defined_in if spec else None
+        own = self._kube_config(parent, tier) if parent is not None else None
+        self._memo[tier] = own if own is not None else (self.of(parent) if parent is not None else None)
+        return self._memo[tier]
+
+    def _kube_config(self, parent: TierId, tier: TierId) -> str | None:
+        """`spec.kubeConfig` of the Kustomization object `tier` as its parent applies it (its secret is in its namespace)."""
+        rendered = self.ctx.render.tiers.get(parent)
+        if rendered is None:
+            return None
+        for manifest in rendered.flux_kustomizations():
+            if manifest.ref.name == tier.name and (manifest.ref.namespace or DEFAULT_NAMESPACE) == tier.namespace:
+                config = (manifest.body.get("spec") or {}).get("kubeConfig")
+                if config:
+                    return json.dumps([tier.namespace, config], sort_keys=True, default=str)
+                return None
+        return None
