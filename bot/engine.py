@@ -263,6 +263,7 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
             rendered=t.rendered,
             source_path=t.spec.source_path,
             kube_config=t.spec.kube_config,
+            defined_in=t.spec.defined_in,
         )
         for t in (render.tiers[tid] for tid in order)
     )

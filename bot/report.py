@@ -24,6 +24,7 @@ class TierSummary:
     rendered: bool
     source_path: str | None = None  # the path inside an ExternalArtifact that `path` maps onto
     kube_config: str | None = None  # applied to another cluster: its spec.kubeConfig
+    defined_in: TierId | None = None  # the Kustomization that applies it (None for the cluster entry)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -93,6 +94,29 @@ class CheckReport:
         }
 
 
+def listing_order(report: CheckReport) -> list[TierId]:
+    """The tiers as listed: each after the Kustomization that applies it and after its dependencies,
+    otherwise in the report's apply order (tiers on a cycle keep their place at the end)."""
+    position = {tid: i for i, tid in enumerate(report.order)}
+    by_id = {t.id: t for t in report.tiers}
+    before = {
+        tid: {d for d in (*t.depends_on, t.defined_in) if d is not None and d in by_id and d != tid}
+        for tid, t in by_id.items()
+    }
+    out: list[TierId] = []
+    placed: set[TierId] = set()
+    pending = sorted(by_id, key=lambda t: position.get(t, len(position)))
+    while pending:
+        ready = [t for t in pending if before[t] <= placed]
+        if not ready:  # a cycle (a tier depending on its own child, or dependsOn): the rest as they were
+            out.extend(pending)
+            break
+        out.append(ready[0])
+        placed.add(ready[0])
+        pending.remove(ready[0])
+    return out
+
+
 def verdict_line(report: CheckReport) -> str:
     """`✅ prod: 6 tiers, 41 objects, no findings` or the same with counts."""
     icon = SEVERITY_ICON.get(report.verdict, "✅") if report.verdict else "✅"
@@ -117,7 +141,7 @@ def format_text(report: CheckReport) -> str:
         lines.append("")
     lines.append(f"tiers of {report.cluster} (entry {report.entry or '.'}), in apply order:")
     by_id = {t.id: t for t in report.tiers}
-    for tier_id in report.order:
+    for tier_id in listing_order(report):
         tier = by_id[tier_id]
         flags = ", ".join(flag for flag, on in (("wait", tier.wait), ("prune", tier.prune)) if on)
         deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
@@ -159,7 +183,7 @@ def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
         parts += [findings_table(report.findings, link_base), ""]
     parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
     by_id = {t.id: t for t in report.tiers}
-    for tier_id in report.order:
+    for tier_id in listing_order(report):
         t = by_id[tier_id]
         parts.append(
             f"| {_cell(str(t.id))} | `{_cell(t.where())}` | {t.objects if t.rendered else 'not rendered'} | "

@@ -932,3 +932,16 @@ def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
     for cluster in ("dev", "prod"):
         report = check_repository(tmp_path, cluster)
         assert [f for f in report.findings if f.check == "tier-order-stale"] == []
+
+
+def test_text_output_lists_parents_before_their_children(tmp_path):
+    """aaa/web sorts first by name and depends on nothing, but apps applies it: apps is listed first."""
+    from bot.report import format_text
+
+    files = repo(
+        {"apps": ks("apps", "./apps"), "zz": ks("zz", "./zz")},
+        {"apps": [obj("v1", "Namespace", "aaa"), ks("web", "./web", namespace="aaa", depends_on=["flux-system/zz"], **_SRC)], "web": [cm("w")], "zz": [cm("z")]},
+    )
+    text = format_text(run(tmp_path, files))
+    listed = [line.split()[0] for line in text.split("in apply order:\n", 1)[1].splitlines()]
+    assert listed == ["flux-system/flux-system", "flux-system/apps", "flux-system/zz", "aaa/web"]
