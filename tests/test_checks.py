@@ -385,6 +385,12 @@ PROVIDER_CASES = [
         set(), [], id="neg-system-namespaces-always-exist",
     ),
     pytest.param(
+        # A Kustomization's own namespace exists before it reconciles, and so does Flux's (the entry's):
+        # b's objects are fine, but the entry applies the Kustomization team/b before a makes team.
+        repo({"a": ks("a", "./a"), "b": ks("b", "./b", namespace="team", **_SRC)}, {"a": [TEAM_NS, obj("v1", "Namespace", "flux-system")], "b": [cm("x", "team"), cm("y", "flux-system")]}),
+        {("missing-provider", "flux-system")}, ["1 object (Kustomization/team/b) use Namespace team"], id="own-and-flux-namespace",
+    ),
+    pytest.param(
         # The owner is apps' own child: apps cannot depend on it (it would wait forever); move the objects.
         repo({"apps": ks("apps", "./apps")}, {"apps": [PVC, ks("storage", "./storage")], "storage": [LONGHORN_VM]}),
         {("missing-provider", "apps")}, ["flux-system/storage is applied by flux-system/apps itself, so flux-system/apps cannot depend on it"],

@@ -46,24 +46,24 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
             if ctx.graph.specs[t].prune and any(tid == t and stub.ref not in ctx.facts[t].unpruned for tid, stub in found)
         ]
         what = f"{plural(len(refs), 'object')} ({name_list(refs, 3)})"
-        who = name_list(str(t) for t in tiers)
+        it, changes = ("it", "it changes") if len(refs) == 1 else ("them", "they change")
+        who = f"both {tiers[0]} and {tiers[1]}" if len(tiers) == 2 else f"{len(tiers)} Kustomizations ({name_list((str(t) for t in tiers), 3)})"
+        others = "the other still defines" if len(tiers) == 2 else "the others still define"
         if pruners:
             severity, consequence = Severity.ERROR, (
-                f"and when one of them stops applying {'it' if len(refs) == 1 else 'them'}, "
-                f"{name_list(str(t) for t in pruners)} (prune: true) deletes {'it' if len(refs) == 1 else 'them'} if it "
-                f"applied last, while the other still defines {'it' if len(refs) == 1 else 'them'}"
+                f"and when one that prunes ({name_list((str(t) for t in pruners), 3)}) stops applying {it} while holding "
+                f"{it}, it deletes {it} although {others} {it}"
             )
         else:
             severity, consequence = Severity.WARNING, (
-                "none of them prunes it (prune: false or kustomize.toolkit.fluxcd.io/prune: disabled), but each apply "
-                "takes its fields over"
+                f"though none of them prunes {it} (prune: false or kustomize.toolkit.fluxcd.io/prune: disabled)"
             )
         yield Finding(
             "duplicate-object",
             severity,
-            f"{what} {'is' if len(refs) == 1 else 'are'} applied by {who}: each apply takes the object over (its owner "
-            f"labels kustomize.toolkit.fluxcd.io/name|namespace), so it changes hands on every reconcile, {consequence}. "
-            f"Keep each object in one Kustomization",
+            f"{what} {'is' if len(refs) == 1 else 'are'} applied by {who}: each apply takes {it} over (server-side "
+            f"apply with the applier's owner labels kustomize.toolkit.fluxcd.io/name|namespace), so {changes} hands "
+            f"on every reconcile, {consequence}. Keep each object in one Kustomization",
             kustomization=first_tier,
             object=first.ref,
             location=ctx.locate(first),

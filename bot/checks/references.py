@@ -21,7 +21,9 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             defined[provider].add(tier_id)
     for tier_id in ctx.render.tiers:
         for (kind, name, how), objects in sorted(ctx.facts[tier_id].provider_uses.items()):
-            if kind == "Namespace" and name in SYSTEM_NAMESPACES:
+            # A Kustomization's own namespace exists before it reconciles (the object lives there), and
+            # so does the one Flux runs in (the entry's).
+            if kind == "Namespace" and name in (*SYSTEM_NAMESPACES, tier_id.namespace, ctx.render_entry.namespace):
                 continue
             owners = defined.get((kind, name))
             # Not in git (made elsewhere), the same tier (staged apply), a dependency, or an ancestor:
