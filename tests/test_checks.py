@@ -153,6 +153,11 @@ MISSING_DEP_CASES = [
         id="neg-explicit-namespace",
     ),
     pytest.param(chain("a", "b", edges={"b": ["a"]}), set(), None, id="neg-present"),
+    pytest.param(
+        # The only flux-system/apps is web's own parent: the hint must not send web to wait for it.
+        repo({"apps": ks("apps", "./apps", wait=True)}, {"apps": [ks("web", "./web", namespace="team", depends_on=["apps"], **_SRC)], "web": [cm("w")]}),
+        {("missing-dependency", "web")}, "flux-system/apps applies team/web itself: a dependsOn on it deadlocks", id="hint-names-the-parent",
+    ),
 ]
 
 

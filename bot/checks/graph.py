@@ -28,15 +28,23 @@ def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
 
 @check(("missing-dependency", Severity.ERROR, "dependsOn names a Kustomization the cluster does not have (info when a tier that failed to render may have created it)"))
 def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
-    by_name: dict[str, list[str]] = {}
+    by_name: dict[str, list[TierId]] = {}
     for tid in ctx.graph.nodes:
-        by_name.setdefault(tid.name, []).append(str(tid))
+        by_name.setdefault(tid.name, []).append(tid)
     hiding: list[TierId] | None = None
     for tier, dep in ctx.graph.missing_dependencies():
         hint = ""
-        if dep.name in by_name:
+        candidates = by_name.get(dep.name, [])
+        if candidates:
             # dependsOn[].namespace defaults to the dependent's own namespace (Flux v1 API docs).
-            hint = f"; did you mean {name_list(by_name[dep.name])}? (dependsOn namespace defaults to {tier.namespace})"
+            hint = f"; did you mean {name_list(str(t) for t in candidates)}? (dependsOn namespace defaults to {tier.namespace})"
+            ancestors = [t for t in candidates if ctx.is_ancestor(t, tier)]
+            if ancestors:
+                # Never advise a child to wait for its own parent: with wait: true the parent waits for it too.
+                hint += (
+                    f" — but {name_list(str(t) for t in ancestors)} applies {tier} itself: a dependsOn on it deadlocks "
+                    f"when it has wait: true (each waits for the other); drop the dependsOn instead"
+                )
         if hiding is None:
             hiding = _failed_creators(ctx)
         if hiding:
