@@ -122,7 +122,7 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding(
                 "literal-token",
                 severity,
-                f"{manifest.ref} contains {shown}; {tier_id} runs no substitution ({why}",
+                f"{manifest.ref} contains {shown}; {tier_id} runs no substitution {why}",
                 kustomization=tier_id,
                 object=manifest.ref,
                 location=ctx.locate(manifest),
@@ -130,7 +130,7 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
 
 
 def _literal_verdict(tier: RenderedTier, names: set[str], known: Mapping[str, list[TierId]]) -> tuple[Severity, str]:
-    """How bad a literal token is, and why (the rest of the message).
+    """How bad a literal token is, and the rest of the message (why, and what follows).
 
     Flux ships a `${…}` unchanged from a tier that does not substitute, and that is often meant:
     Helm values and application config use `${VAR}` for the program's own environment. So it is an
@@ -139,18 +139,20 @@ def _literal_verdict(tier: RenderedTier, names: set[str], known: Mapping[str, li
     in other tiers (a forgotten postBuild); otherwise an info line.
     """
     if tier.spec.has_post_build:
-        return Severity.ERROR, "its postBuild loads no variable, and Flux substitutes only when at least one is defined), so it ships literally"
+        return Severity.ERROR, (
+            "(its postBuild loads no variable, and Flux substitutes only when at least one is defined), so it ships literally"
+        )
     elsewhere = sorted(name for name in names if name in known)
     if elsewhere:
         users = sorted({t for name in elsewhere for t in known[name]})
         return Severity.ERROR, (
-            f"it has no spec.postBuild), so it ships literally, while {plural(len(users), 'other tier')} "
+            f"(it has no spec.postBuild), so it ships literally, while {plural(len(users), 'other tier')} "
             f"({name_list((str(t) for t in users), 3)}) substitute {name_list('${' + n + '}' for n in elsewhere)}: "
             f"add the postBuild they use (or label the object kustomize.toolkit.fluxcd.io/substitute: disabled if the "
             f"literal is meant)"
         )
     return Severity.INFO, (
-        "it has no spec.postBuild), so it ships as written: fine when the application reads it at run time, as no "
+        "(it has no spec.postBuild), so it ships as written: fine when the application reads it at run time, as no "
         "tier of this cluster substitutes these variables; add spec.postBuild if Flux should"
     )
 
