@@ -583,6 +583,11 @@ LITERAL_SEVERITY_CASES = [
         vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substitute": {}}),
         {("literal-token", "a", Severity.ERROR)}, "loads no variable", id="postbuild-without-variables-is-error",
     ),
+    pytest.param(
+        # No program reads a name: the API server refuses it.
+        repo({"a": ks("a", "./a")}, {"a": [obj("v1", "Namespace", "${TENANT}")]}),
+        {("literal-token", "a", Severity.ERROR)}, "the API server refuses `${…}` in metadata.name", id="token-in-a-name",
+    ),
 ]
 
 

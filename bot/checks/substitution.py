@@ -98,7 +98,7 @@ def substitution_disabled(manifest: Manifest) -> bool:
     return manifest.labels.get(SUBSTITUTE_ANNOTATION) == "disabled" or manifest.annotations.get(SUBSTITUTE_ANNOTATION) == "disabled"
 
 
-@check(("literal-token", Severity.ERROR, "a ${…} ships literally: its tier has a postBuild that loads no variable, or none while the cluster substitutes that variable elsewhere (info when nothing in the cluster substitutes it)"))
+@check(("literal-token", Severity.ERROR, "a ${…} ships literally: its tier has a postBuild that loads no variable, or none while the cluster substitutes that variable elsewhere or the token is in a name or label (info otherwise)"))
 def literal_token(ctx: CheckContext) -> Iterator[Finding]:
     known: dict[str, list[TierId]] | None = None
     for tier_id, tier in ctx.render.tiers.items():
@@ -118,7 +118,7 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
                 shown = f"{name_list(e for _, e in tokens)} in {name_list((p for p, _ in tokens), 3)}"
             if known is None:
                 known = cluster_variables(ctx.render.tiers)
-            severity, why = _literal_verdict(tier, _names(tokens), known)
+            severity, why = _literal_verdict(tier, tokens, known)
             yield Finding(
                 "literal-token",
                 severity,
@@ -129,20 +129,27 @@ def literal_token(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-def _literal_verdict(tier: RenderedTier, names: set[str], known: Mapping[str, list[TierId]]) -> tuple[Severity, str]:
+def _literal_verdict(tier: RenderedTier, tokens: list[tuple[str, str]], known: Mapping[str, list[TierId]]) -> tuple[Severity, str]:
     """How bad a literal token is, and the rest of the message (why, and what follows).
 
     Flux ships a `${…}` unchanged from a tier that does not substitute, and that is often meant:
     Helm values and application config use `${VAR}` for the program's own environment. So it is an
     error only when the author asked for substitution (a postBuild that loads nothing: Flux then skips
-    it, fluxcd/pkg kustomize/kustomize_varsub.go) or when the cluster substitutes that very variable
-    in other tiers (a forgotten postBuild); otherwise an info line.
+    it, fluxcd/pkg kustomize/kustomize_varsub.go), when the cluster substitutes that very variable in
+    other tiers (a forgotten postBuild), or where no program reads it (a name, namespace or label
+    value, which the API server refuses); otherwise an info line.
     """
     if tier.spec.has_post_build:
         return Severity.ERROR, (
             "(its postBuild loads no variable, and Flux substitutes only when at least one is defined), so it ships literally"
         )
-    elsewhere = sorted(name for name in names if name in known)
+    refused = [path for path, _ in tokens if path in ("metadata.name", "metadata.namespace") or path.startswith("metadata.labels.")]
+    if refused:
+        return Severity.ERROR, (
+            f"(it has no spec.postBuild), so it ships literally, and the API server refuses `${{…}}` in "
+            f"{name_list(refused, 3)} (not a valid name or label value): the apply fails"
+        )
+    elsewhere = sorted(name for name in _names(tokens) if name in known)
     if elsewhere:
         users = sorted({t for name in elsewhere for t in known[name]})
         return Severity.ERROR, (
