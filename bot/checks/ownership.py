@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Iterator
 
 from bot.checks import CheckContext, check, name_list, plural
 from bot.facts import ObjectStub
-from bot.flux import KUSTOMIZATION_GROUP, DEFAULT_NAMESPACE
+from bot.flux import KUSTOMIZATION_GROUP
 from bot.model import Finding, Severity, TierId
 
 
@@ -19,12 +18,13 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
     # (fluxcd/pkg ssa/manager_delete.go), so the one that stops applying it last-held deletes it
     # while the other still defines it.
     appliers: dict[tuple, list[tuple[TierId, ObjectStub]]] = {}
-    targets = _Targets(ctx)
     for tier_id, tier in ctx.render.tiers.items():
         if not tier.rendered:
             continue
         facts = ctx.facts[tier_id]
-        target = targets.of(tier_id)
+        # The same path applied to another cluster (spec.kubeConfig) is another object. Two kubeConfigs
+        # naming different Secrets count as different clusters (whether they are cannot be known).
+        target = tier.spec.kube_config
         for gk, stubs in facts.kinds.items():
             if gk.group == KUSTOMIZATION_GROUP and gk.kind == "Kustomization":
                 continue  # a Kustomization defined twice is reported by the render ("defined more than once")
@@ -68,38 +68,3 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
             object=first.ref,
             location=ctx.locate(first),
         )
-
-
-class _Targets:
-    """The cluster each tier applies to: its own `spec.kubeConfig`, else the one its parent applied it to.
-
-    Two tiers rendering the same path for different clusters apply different objects. Two kubeConfigs
-    naming different Secrets are taken as different clusters (whether they are cannot be known).
-    """
-
-    def __init__(self, ctx: CheckContext) -> None:
-        self.ctx = ctx
-        self._memo: dict[TierId, str | None] = {}
-
-    def of(self, tier: TierId) -> str | None:
-        if tier in self._memo:
-            return self._memo[tier]
-        self._memo[tier] = None  # a cycle in the parent chain ends here
-        spec = self.ctx.graph.specs.get(tier)
-        parent = spec.defined_in if spec else None
-        own = self._kube_config(parent, tier) if parent is not None else None
-        self._memo[tier] = own if own is not None else (self.of(parent) if parent is not None else None)
-        return self._memo[tier]
-
-    def _kube_config(self, parent: TierId, tier: TierId) -> str | None:
-        """`spec.kubeConfig` of the Kustomization object `tier` as its parent applies it (its secret is in its namespace)."""
-        rendered = self.ctx.render.tiers.get(parent)
-        if rendered is None:
-            return None
-        for manifest in rendered.flux_kustomizations():
-            if manifest.ref.name == tier.name and (manifest.ref.namespace or DEFAULT_NAMESPACE) == tier.namespace:
-                config = (manifest.body.get("spec") or {}).get("kubeConfig")
-                if config:
-                    return json.dumps([tier.namespace, config], sort_keys=True, default=str)
-                return None
-        return None
