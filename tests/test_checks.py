@@ -461,11 +461,19 @@ def _annotated(name: str, **annotations: str) -> dict[str, Any]:
 
 _KUBECONFIG = {"secretRef": {"name": "spoke-kubeconfig"}}
 DUPLICATE_CASES = [
-    pytest.param(two_tiers([cm("shared")], [cm("shared")]), {("duplicate-object", "a", Severity.ERROR)}, "ConfigMap/default/shared", id="same-object-two-tiers"),
+    pytest.param(
+        # A pruned ConfigMap comes back with the other's next reconcile: a warning.
+        two_tiers([cm("shared")], [cm("shared")]), {("duplicate-object", "a", Severity.WARNING)}, "until the next reconcile re-creates it", id="same-object-two-tiers",
+    ),
+    pytest.param(
+        # A pruned Namespace takes everything in it: an error.
+        two_tiers([obj("v1", "Namespace", "media")], [obj("v1", "Namespace", "media")]),
+        {("duplicate-object", "a", Severity.ERROR)}, "which no re-apply restores", id="namespace-is-error",
+    ),
     pytest.param(
         # Grouped by the tiers that share them: one finding for both objects.
         two_tiers([cm("x"), cm("y"), cm("a")], [cm("x"), cm("y"), cm("b")]),
-        {("duplicate-object", "a", Severity.ERROR)}, "2 objects (ConfigMap/default/x, ConfigMap/default/y)", id="grouped",
+        {("duplicate-object", "a", Severity.WARNING)}, "2 objects (ConfigMap/default/x, ConfigMap/default/y)", id="grouped",
     ),
     pytest.param(
         two_tiers([cm("shared")], [cm("shared")], a_spec={"prune": False}, b_spec={"prune": False}),

@@ -10,7 +10,12 @@ from bot.flux import KUSTOMIZATION_GROUP
 from bot.model import Finding, Severity, TierId
 
 
-@check(("duplicate-object", Severity.ERROR, "one object (group, kind, namespace, name) is applied by two Kustomizations on the same cluster (warning when none of them can prune it)"))
+# Deleting one of these takes more with it than the next reconcile restores: a Namespace its contents,
+# a CRD every object of its kind, a PVC or PV its data.
+_CASCADING_KINDS = frozenset({"Namespace", "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume"})
+
+
+@check(("duplicate-object", Severity.WARNING, "one object (group, kind, namespace, name) is applied by two Kustomizations on the same cluster (error when one of them prunes a Namespace, CRD, PVC or PV: a prune then deletes what the next reconcile cannot restore)"))
 def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
     # Every apply is a server-side apply with ForceOwnership that stamps the applier's owner labels
     # (kustomize-controller KustomizationReconciler.apply, SetOwnerLabels): the object changes hands
@@ -50,9 +55,12 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
         who = f"both {tiers[0]} and {tiers[1]}" if len(tiers) == 2 else f"{len(tiers)} Kustomizations ({name_list((str(t) for t in tiers), 3)})"
         others = "the other still defines" if len(tiers) == 2 else "the others still define"
         if pruners:
-            severity, consequence = Severity.ERROR, (
+            cascades = any(stub.ref.kind in _CASCADING_KINDS for _, stub in found)
+            severity = Severity.ERROR if cascades else Severity.WARNING
+            consequence = (
                 f"and when one that prunes ({name_list((str(t) for t in pruners), 3)}) stops applying {it} while holding "
                 f"{it}, it deletes {it} although {others} {it}"
+                + (" (with everything in it or of its kind, which no re-apply restores)" if cascades else " until the next reconcile re-creates it")
             )
         else:
             severity, consequence = Severity.WARNING, (
