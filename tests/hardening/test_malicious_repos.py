@@ -8,6 +8,7 @@ to GitHub, nor in its logs, and the service must stay healthy.
 from __future__ import annotations
 
 import logging
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -121,3 +122,25 @@ async def test_malicious_prs_fail_clearly_and_leak_nothing(start, origin: Origin
         await h.deliver("pull_request", pr_payload(99, clean, origin.main))
         await h.settle()
         assert h.states(clean) == ["pending", "success"]
+
+
+async def test_a_1000_deep_tree_is_a_finding_not_an_internal_error(start, origin: Origin, fake) -> None:
+    """A PR adding a 1,000-deep directory under a tier Flux generates a kustomization for (every directory walked).
+
+    Before: the snapshot's recursive walk hit Python's recursion limit, and the PR got `error` "internal error
+    (RecursionError)". Now the walk is iterative and a directory past the depth bound is an `unsafe-path` finding.
+    """
+    deep = "apps/" + "d/" * 1000 + "deep.yaml"
+    try:
+        head = origin.pull(1, {deep: dump(obj("v1", "ConfigMap", "deep", "default"))}, remove=("apps/kustomization.yaml",))
+    finally:  # pytest's (recursive) clean-up of tmp_path could not remove a tree left behind
+        subprocess.run(["rm", "-rf", str(origin.work / "apps" / "d")], check=True)
+    open_pull(fake, origin, 1, head)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle(timeout=120)
+        assert h.states(head) == ["pending", "failure"]
+        (comment,) = h.comments(1)
+        assert "`unsafe-path`" in comment.body and "nested more than 100 directories deep" in comment.body
+        assert "internal error" not in comment.body
+        assert await h.healthy()
