@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import IO
 
 from bot.cache import BuildCache, versioned_key
-from bot.errors import KustomizeNotFound, RenderError
+from bot.errors import BuildStopped, KustomizeNotFound, RenderError
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 # The Go runtime reserves ~600 MiB of address space at start; 3 GiB caps a runaway build.
 DEFAULT_MEMORY_BYTES = 3 * 1024**3
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+# How the messages of a BuildStopped begin (a `render-failed` finding carries only the message): a build
+# stopped by a limit is not a verdict about the PR (handlers/precheck.py).
+STOPPED_MESSAGES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded")
 
 
 @dataclass(frozen=True)
@@ -219,12 +222,12 @@ def run_build(
         for reader in readers:
             reader.join(timeout=5)
     if timed_out.is_set() and code != 0:  # (a build that exited just before the timer fired is kept)
-        raise RenderError(f"kustomize build timed out after {timeout:g}s")
+        raise BuildStopped(f"kustomize build timed out after {timeout:g}s")
     if too_big.is_set():
-        raise RenderError(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+        raise BuildStopped(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+    if code < 0:
+        raise BuildStopped(f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)")
     if code != 0:
         message = b"".join(err_chunks).decode("utf-8", errors="replace").strip()
-        if code < 0:
-            message = f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)"
         raise RenderError(message or f"kustomize exited with status {code}")
     return b"".join(chunks).decode("utf-8", errors="replace")

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
+from bot.kustomize import STOPPED_MESSAGES
 from bot.metrics import Metrics
-from bot.model import Severity
+from bot.model import Finding, Severity
 from bot.review import ALWAYS_NEW, ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
@@ -132,13 +133,16 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
     verdict = review_verdict(review)
     stopped = resource_failure(review)
-    new_errors = review.new_errors
-    if stopped is not None:  # what a stopped build left unrendered is not a verdict either (bot.review.ALWAYS_NEW)
-        new_errors -= sum(1 for f in review.findings if f.new and f.finding.check in ALWAYS_NEW and f.finding.severity == Severity.ERROR)
+    # A build stopped by a limit (timed out, killed, output cap) says nothing about the PR, new or not
+    # (killed on both sides even pairs up as "pre-existing"): it is `error`, never `failure` nor `success`;
+    # so is what it left unrendered (bot.review.ALWAYS_NEW).
+    new_errors = sum(
+        1 for f in review.findings
+        if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)
+    )
     if new_errors:
         status = Status("failure", f"{new_errors} new error(s) in {review.cluster}")
     elif stopped is not None:
-        # Killed or timed out on both sides pairs up as "pre-existing": never let that read as success.
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
         head, _, rest = parts[0].partition("\n")
         parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {stopped}. Re-run with `/precheck {review.cluster}`.\n\n{rest}", *parts[1:])
@@ -148,15 +152,16 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     return DesiredState(parts, status, conclusion, annotations_for(review))
 
 
-# bot.kustomize.run_build's messages when a build was stopped by a limit, not failed by its input.
-RESOURCE_FAILURES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded")
+def _stopped(finding: Finding) -> bool:
+    """A `render-failed` whose build was stopped by a limit (bot.kustomize raised BuildStopped), not failed by its input."""
+    return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
 
 
 def resource_failure(review: ClusterReview) -> str | None:
     """`tier: message` of a head-side build stopped by a limit (killed, timed out), new or pre-existing."""
     for reviewed in review.findings:
         f = reviewed.finding
-        if f.check == "render-failed" and f.message.startswith(RESOURCE_FAILURES):
+        if _stopped(f):
             return f"{f.kustomization}: {f.message}" if f.kustomization else f.message
     return None
 

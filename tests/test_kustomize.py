@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import KustomizeNotFound, RenderError
+from bot.errors import BuildStopped, KustomizeNotFound, RenderError
 from bot import kustomize
 from bot.cache import BuildCache
-from bot.kustomize import KustomizeBinary, locate_kustomize, run_build
+from bot.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "LoadRestrictionsNone", "--load-restrictor", "--network")
 OUTPUT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n"
@@ -174,9 +174,13 @@ RUN_FAILURE_CASES = [
 def test_run_build_failures(tmp_path: Path, body: str, options: dict, message: str) -> None:
     binary = KustomizeBinary(str(fake(tmp_path / "bin", "kustomize", body)), embedded=False)
     start = time.monotonic()
-    with pytest.raises(RenderError, match=message.replace("(", r"\(")):
+    with pytest.raises(RenderError, match=message.replace("(", r"\(")) as raised:
         run_build(binary, tmp_path, sandbox_home=tmp_path / "home", **options)
     assert time.monotonic() - start < 3  # nothing left holding the pipes open
+    # Stopped by a limit (not failed by its input): a distinct error, and a message the precheck recognises.
+    stopped = isinstance(raised.value, BuildStopped)
+    assert stopped == (options != {} or "killed" in message)
+    assert str(raised.value).startswith(STOPPED_MESSAGES) == stopped
 
 
 def test_real_kustomize_builds(tmp_path: Path) -> None:

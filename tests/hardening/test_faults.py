@@ -153,3 +153,27 @@ async def test_kustomize_stopped_is_an_error_never_success(start, origin: Origin
         await h.settle()
         assert h.states(pr) == ["pending", "error", "pending", "success"]
         assert "Not a verdict" not in one_comment(h)
+
+
+async def test_a_build_timeout_on_the_head_only_is_an_error_not_a_failure(start, origin: Origin, fake, tmp_path: Path, monkeypatch) -> None:
+    """The base builds; the PR's tier times out. A timeout says nothing about the PR: `error` "Not a verdict".
+
+    Before: the head's timeout was a *new* `render-failed` error, so the PR got `failure` "1 new error(s)",
+    while docs/reliability.md promised `error` for a build stopped by a limit.
+    """
+    head = origin.pull(1, {
+        "apps/slow.yaml": dump(obj("v1", "ConfigMap", "slow", "default", data={"marker": "SLOW-BUILD"})),
+        "apps/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [app.yaml, slow.yaml]\n",
+    })
+    open_pull(fake, origin, 1, head)
+    # The overlay in DIR ($2) points at ../../repo/<tier path>: sleep past the timeout when that tier has the marker.
+    wrapper = kustomize_wrapper(tmp_path, "slow-head", 'if /bin/grep -rqs SLOW-BUILD "$2/../../repo/apps"; then exec /bin/sleep 20; fi\nreal "$@"\n')
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(wrapper))
+    async with start(kustomize_timeout=1.0) as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle()
+        assert h.states(head) == ["pending", "error"]
+        (status,) = [s for s in fake.statuses_for(REPO, head) if s.state == "error"]
+        assert "could not render" in status.description and "timed out after 1s" in status.description
+        body = one_comment(h)
+        assert "Not a verdict" in body and "timed out after 1s" in body
