@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
 
+from bot import markdown
 from bot.errors import TierOrderError, UserError
 from bot.tierorder import StaleReason, find_cycle, read_tier_order, rewrite_tier_order, stable_order, stale_reasons
 from bot.tierorder import _lcs  # the same longest-common-subsequence the rewrite keeps lines by
@@ -73,7 +74,7 @@ class Edge:
         return f"{self.tier} dependsOn {self.dependency} ({', '.join(self.clusters)})"
 
     def markdown(self) -> str:
-        return f"`{self.tier}` dependsOn `{self.dependency}` ({', '.join(self.clusters)})"
+        return f"{markdown.code(self.tier)} dependsOn {markdown.code(self.dependency)} ({markdown.text(', '.join(self.clusters))})"
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,8 @@ class TierOrderConflict(UserError):
 
     def markdown(self) -> str:
         lines = [
-            f"No single tier order fits every cluster ({', '.join(self.clusters)}): these `dependsOn` edges form a cycle "
-            f"`{' → '.join(self.cycle)}`, so any order lists one tier before a tier it depends on in some cluster:",
+            f"No single tier order fits every cluster ({markdown.text(', '.join(self.clusters))}): these `dependsOn` edges form a cycle "
+            f"{markdown.code(' → '.join(self.cycle), limit=None)}, so any order lists one tier before a tier it depends on in some cluster:",
             "",
             *(f"- {e.markdown()}" for e in self.edges),
             "",
@@ -173,10 +174,10 @@ class Change:
     note: str = ""  # for "removed": why
 
     def sentence(self, md: bool = False) -> str:
-        q = (lambda s: f"`{s}`") if md else (lambda s: s)
+        q = markdown.code if md else (lambda s: s)
         where = f"right after {q(self.after)}" if self.after else "first"
         if self.kind == "removed":
-            return f"removes {q(self.tier)}: {self.note}"
+            return f"removes {q(self.tier)}: {markdown.text(self.note) if md else self.note}"
         verb = "adds" if self.kind == "added" else "moves"
         text = f"{verb} {q(self.tier)} {where}"
         if self.edges:
@@ -280,34 +281,34 @@ class TierFix:
         marker = f"<!-- {PR_MARKER} stale-since={stale.sha if stale else 'unknown'} -->"
         lines = [
             marker,
-            f"### Keep `{self.variable}` in step with the Flux dependency graph",
+            f"### Keep {markdown.code(self.variable)} in step with the Flux dependency graph",
             "",
-            f"`{self.file}` lists the Flux Kustomizations in the order a cluster is brought up tier by tier; "
-            f"it no longer matches the `dependsOn` graph of {_join([f'`{c}`' for c in self.clusters])}"
-            + (f" on `{base}`" if base else "")
+            f"{markdown.code(self.file)} lists the Flux Kustomizations in the order a cluster is brought up tier by tier; "
+            f"it no longer matches the `dependsOn` graph of {_join([markdown.code(c) for c in self.clusters])}"
+            + (f" on {markdown.code(base)}" if base else "")
             + ".",
             "",
         ]
         if stale is not None:
-            link = f"[`{stale.sha[:12]}`]({stale.url})" if stale.url else f"{repo + '@' if repo else ''}{stale.sha}"
-            lines.append(f"**The graph change.** The order became stale with {link}" + (f" ({_md_text(stale.summary)})" if stale.summary else "") + ":")
+            link = f"[`{stale.sha[:12]}`]({stale.url})" if stale.url else markdown.text(f"{repo + '@' if repo else ''}{stale.sha}")
+            lines.append(f"**The graph change.** The order became stale with {link}" + (f" ({markdown.text(stale.summary, 120)})" if stale.summary else "") + ":")
             lines.append("")
             lines += [f"- {g}" for g in stale.graph_changes] or ["- (no change to the tier graph or the list that Fluxwarden can name; see the commit)"]
             lines.append("")
         elif stale_unknown:
             lines += [f"**The graph change.** {stale_unknown}", ""]
         lines += ["**Why the list is stale**", ""]
-        lines += [f"- {r.detail}" for r in self.reasons]
+        lines += [f"- {markdown.text(r.detail)}" for r in self.reasons]
         lines += ["", "**This PR**", ""]
         lines += [f"- {c.sentence(md=True)}" for c in self.changes]
         lines += [
             "",
             "| | order |",
             "|---|---|",
-            f"| before | {' '.join(f'`{n}`' for n in self.current) or '(empty)'} |",
-            f"| after | {' '.join(f'`{n}`' for n in self.order) or '(empty)'} |",
+            f"| before | {' '.join(markdown.code(n, table=True) for n in self.current) or '(empty)'} |",
+            f"| after | {' '.join(markdown.code(n, table=True) for n in self.order) or '(empty)'} |",
             "",
-            f"The new order is valid for every cluster ({', '.join(self.clusters)}): each tier comes after every tier it "
+            f"The new order is valid for every cluster ({markdown.text(', '.join(self.clusters))}): each tier comes after every tier it "
             "depends on in any of them. Entries keep their place wherever that is already valid, and only the lines "
             "that must change are edited (comments and formatting stay).",
             "",
@@ -400,16 +401,16 @@ def graph_changes(old: ClusterGraphs, new: ClusterGraphs) -> list[str]:
         a, b = old.get(cluster, {}), new.get(cluster, {})
         for tier in sorted(set(b) - set(a)):
             requires = sorted(b[tier])
-            text = f"new tier `{tier}`" + (f" (dependsOn {', '.join(f'`{d}`' for d in requires)})" if requires else "")
+            text = f"new tier {markdown.code(tier)}" + (f" (dependsOn {', '.join(markdown.code(d) for d in requires)})" if requires else "")
             found.setdefault(text, []).append(cluster)
         for tier in sorted(set(a) - set(b)):
-            found.setdefault(f"tier `{tier}` removed", []).append(cluster)
+            found.setdefault(f"tier {markdown.code(tier)} removed", []).append(cluster)
         for tier in sorted(set(a) & set(b)):
             for dep in sorted(set(b[tier]) - set(a[tier])):
-                found.setdefault(f"`{tier}` now dependsOn `{dep}`", []).append(cluster)
+                found.setdefault(f"{markdown.code(tier)} now dependsOn {markdown.code(dep)}", []).append(cluster)
             for dep in sorted(set(a[tier]) - set(b[tier])):
-                found.setdefault(f"`{tier}` no longer dependsOn `{dep}`", []).append(cluster)
-    return [f"{text} in {', '.join(clusters)}" for text, clusters in found.items()]
+                found.setdefault(f"{markdown.code(tier)} no longer dependsOn {markdown.code(dep)}", []).append(cluster)
+    return [f"{text} in {markdown.text(', '.join(clusters))}" for text, clusters in found.items()]
 
 
 def first_stale(commits: Sequence[str], is_stale: Callable[[str], bool | None]) -> int | None:
@@ -530,8 +531,3 @@ def _join(names: Sequence[str]) -> str:
         return "".join(names)
     return ", ".join(names[:-1]) + " and " + names[-1]
 
-
-def _md_text(text: str) -> str:
-    """A commit subject safe inside Markdown prose (no mentions, no HTML)."""
-    cleaned = "".join(c if c.isprintable() else " " for c in text)[:120]
-    return cleaned.replace("@", "@\u200b").replace("<", "&lt;").replace("`", "'")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from bot import markdown as md
 from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.kustomize import STOPPED_MESSAGES
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 STATUS_CONTEXT = "fluxwarden/{cluster}"
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
 
 
 class PrecheckGitHub(Protocol):
@@ -116,14 +119,22 @@ def blob_base(plan: PrecheckPlan) -> str:
 
 
 def _marker(cluster: str) -> str:
-    return COMMENT_MARKER.format(cluster=cluster)
+    return COMMENT_MARKER.format(cluster=md.comment(cluster))
+
+
+def _trigger(trigger: str) -> str:
+    """What started the run (`/precheck by @alice`): the commenter, a GitHub login, is the only mention."""
+    words, by, login = trigger.rpartition(" by @")
+    if by and _LOGIN.fullmatch(login):
+        return f"{md.text(words)} by @{login}"
+    return md.text(trigger)
 
 
 def running_state(plan: PrecheckPlan, cluster: str) -> DesiredState:
     """Shown while the run is under way."""
     body = (
-        f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of `{cluster}` is running\n\n"
-        f"Rendering `{plan.base_ref}` and `{plan.head_sha[:12]}` ({plan.trigger}). This comment is updated when it is done.\n"
+        f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of {md.code(cluster)} is running\n\n"
+        f"Rendering {md.code(plan.base_ref)} and `{plan.head_sha[:12]}` ({_trigger(plan.trigger)}). This comment is updated when it is done.\n"
     )
     return DesiredState((body,), Status("pending", f"precheck of {cluster} running"), None)
 
@@ -145,7 +156,8 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     elif stopped is not None:
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
         head, _, rest = parts[0].partition("\n")
-        parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {stopped}. Re-run with `/precheck {review.cluster}`.\n\n{rest}", *parts[1:])
+        rerun = md.code(f"/precheck {review.cluster}")
+        parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {md.rich(stopped)}. Re-run with {rerun}.\n\n{rest}", *parts[1:])
     else:
         status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
     conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
@@ -169,7 +181,7 @@ def resource_failure(review: ClusterReview) -> str | None:
 def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredState:
     """A run that could not produce a review: `error` for our trouble, `failure` for the repo's."""
     title = "could not run" if infrastructure else "cannot check this PR"
-    body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of `{cluster}` {title}\n\n{message}\n"
+    body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of {md.code(cluster)} {title}\n\n{md.rich(message, 4000)}\n"
     state = "error" if infrastructure else "failure"
     return DesiredState((body,), Status(state, message[:140]), "failure")
 

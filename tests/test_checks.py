@@ -629,3 +629,40 @@ def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
     for cluster in ("dev", "prod"):
         report = check_repository(tmp_path, cluster)
         assert [f for f in report.findings if f.check == "tier-order-stale"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# invalid-name
+
+HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@octocat `a|b`"
+
+
+@pytest.mark.parametrize(
+    "objects,expected",
+    [
+        pytest.param([cm("fine.name-1"), obj("v1", "Service", "web", "default"), obj("v1", "Namespace", "apps")], [], id="valid"),
+        pytest.param([obj("rbac.authorization.k8s.io/v1", "ClusterRole", "system:aggregate-to-view")], [], id="rbac-path-segment"),
+        pytest.param([cm("app-${CLUSTER:=dev}")], [], id="variable-left-to-substitution"),
+        pytest.param([cm(HOSTILE)], [("ConfigMap", "name")], id="hostile"),
+        pytest.param([cm("MyConfig")], [("ConfigMap", "name")], id="upper-case"),
+        pytest.param([cm("a" * 254)], [("ConfigMap", "name")], id="too-long"),
+        pytest.param([obj("v1", "Service", "1web", "default")], [("Service", "name")], id="service-dns-1035"),
+        pytest.param([obj("v1", "Namespace", "a.b")], [("Namespace", "name")], id="namespace-label"),
+        pytest.param([cm("ok", namespace="Bad_NS")], [("ConfigMap", "namespace")], id="bad-namespace"),
+        pytest.param([obj("rbac.authorization.k8s.io/v1", "Role", "a/b", "default")], [("Role", "name")], id="rbac-slash"),
+    ],
+)
+def test_invalid_name(tmp_path, objects, expected):
+    report = run(tmp_path, repo({"apps": ks("apps", "./apps")}, {"apps": objects}))
+    got = [f for f in report.findings if f.check == "invalid-name"]
+    assert [(f.object.kind, f.message.split(" ", 2)[1]) for f in got] == expected
+    for f in got:
+        assert f.severity == Severity.ERROR and f.kustomization.name == "apps"
+        assert "\n" not in f.message and "the API server refuses the object" in f.message
+
+
+def test_a_kustomization_with_a_hostile_name_is_an_invalid_name(tmp_path):
+    report = run(tmp_path, repo({"apps": ks("apps", "./apps"), "evil": ks(HOSTILE, "./evil")}, {"apps": [cm()], "evil": [cm()]}))
+    [finding] = [f for f in report.findings if f.check == "invalid-name"]
+    assert finding.object.kind == "Kustomization" and finding.object.name == HOSTILE
+    assert "\\n\\n<!-- fluxwarden:precheck:prod -->" in finding.message  # shown escaped, on one line

@@ -217,3 +217,27 @@ async def test_compressed_bodies_are_415_without_reading_them(start) -> None:
         body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
         assert (await h.post(body, {**headers(body, "ping"), "Content-Encoding": "identity"})).status == 200
         await assert_nothing_happened(h)
+
+
+@pytest.mark.parametrize("names", [
+    pytest.param([f"!{i}" for i in range(10_000)], id="10000-invalid-names"),
+    pytest.param([f"c{i}" for i in range(10_000)], id="10000-unknown-clusters"),
+])
+async def test_precheck_naming_10000_bad_clusters_still_gets_a_reply(start, origin, fake, names: list[str]) -> None:
+    """`/precheck` with 10,000 names that are no cluster: a short reply (the first names, then a count).
+
+    Before: the reply listed every name (over GitHub's 65,536 characters), the adapter refused to post it, and
+    the commenter heard nothing.
+    """
+    open_pull(fake, origin, 1, origin.main)
+    text = "/precheck " + " ".join(names)
+    assert len(text) <= 65536  # a comment GitHub accepts
+    async with start(max_body_bytes=LIMIT) as h:
+        made = fake.add_comment(REPO, 1, text, user="bob")
+        assert (await h.deliver("issue_comment", comment_payload(1, made.id, text))).status == 202
+        await h.settle()
+        (reply,) = [c for c in fake.issue_comments(REPO, 1) if c.user == BOT]
+        assert len(reply.body) <= 65536
+        assert "and 9,990 more" in reply.body
+        assert h.states(origin.main) == []  # nothing ran
+        assert await h.healthy()
