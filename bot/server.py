@@ -153,3 +153,4 @@ class WebhookApp:
         for task in list(self._tasks):
             task.cancel()
         await self.bot.runner.queue.close()
+        await self.bot.runner.close()

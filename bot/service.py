@@ -21,7 +21,8 @@ from bot.server import Readiness, WebhookApp
 from bot.service_config import ServiceConfig
 from handlers.context import BotContext
 from handlers.precheck import PrecheckRunner
-from handlers.restart import resume_pending
+from handlers.claims import CLAIM_GRACE
+from handlers.restart import resume_pending, sweep_own
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Service:
     webhook: WebhookApp
     drift: Any = None  # bot.scheduler.DriftScheduler: scheduled drift reports (None: no cluster has them)
     leader: Any = None  # bot.leader.LeaderElector when leader_election.enabled (docs/high-availability.md)
+    _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
 
     @property
     def is_leader(self) -> bool:
@@ -47,8 +49,24 @@ class Service:
         app.on_startup.append(self._start_leader)
         app.on_shutdown.append(self._stop_leader)  # before on_cleanup cancels runs: jobs stop, the Lease is released
         app.on_startup.append(self._start_drift)
+        app.on_startup.append(self._start_sweep)
+        app.on_shutdown.append(self._stop_sweep)
         app.on_cleanup.append(self._stop_drift)
         return app
+
+    async def _start_sweep(self, _: web.Application) -> None:
+        """Without leader election this replica is alone: it sweeps its own stale pending statuses."""
+        config = self.bot.config
+        if self.leader is None and config.leader_election.sweep_seconds > 0:
+            stale_after = config.limits.run_timeout + CLAIM_GRACE
+            self._sweeper = asyncio.get_running_loop().create_task(
+                sweep_own(self.bot, config.leader_election.sweep_seconds, stale_after), name="sweep pending prechecks"
+            )
+
+    async def _stop_sweep(self, _: web.Application) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
 
     async def _start_drift(self, _: web.Application) -> None:
         if self.drift is not None:
@@ -89,6 +107,7 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
         cache_dir=config.cache_dir / "builds",
         options=CheckOptions(timeout=config.limits.kustomize_timeout),
         run_timeout=config.limits.run_timeout,
+        final_retry=config.limits.final_retry_seconds,
         target_url=config.public_url,
         service_config=config,
     )
@@ -113,7 +132,7 @@ def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.le
     import os
 
     from bot.leader import build_elector, replica_identity
-    from handlers.claims import CLAIM_GRACE, Claims, pod_of
+    from handlers.claims import Claims, pod_of
     from handlers.restart import sweep_pending
 
     election = config.leader_election

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_CONTEXT = "fluxwarden/{cluster}"
+OPERATIONS = ("comment", "status", "check_run")  # what reconciling a state writes on GitHub
+FINAL_RETRY_MAX = 300.0  # seconds between attempts to write a refused final state, at most
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
 _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
 
@@ -200,7 +202,9 @@ class PrecheckRunner:
     target_url: str | None = None
     service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
     claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (handlers/claims.py)
+    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
     _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
+    _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster.
@@ -214,6 +218,9 @@ class PrecheckRunner:
             key = (plan.repo, plan.number, cluster)
             outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
             if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
+                retrying = self._finalising.pop(key, None)
+                if retrying is not None:
+                    retrying.cancel()  # the new run writes its own final state
                 for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.head_sha]:
                     self._claimed.pop(stale)  # its run was cancelled; the task itself still finishes
                 self._claimed[(key, plan.head_sha)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
@@ -265,9 +272,42 @@ class PrecheckRunner:
             return  # a newer push owns the comment now
         if self.claims is not None and await self.claims.superseded(plan.repo, plan.number, plan.head_sha):
             return  # a newer push, run by another replica, owns the comment now
-        await self._reconcile(plan, cluster, desired)
+        failed = await self._reconcile(plan, cluster, desired)
+        if failed:
+            self._finalise_later(key, plan, cluster, desired, failed)
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
+
+    def busy(self, key: tuple[str, int, str], sha: str) -> bool:
+        """Whether this process still works on `key` at `sha`: queued, running, or writing its final state."""
+        return self.queue.running(key, sha) or (key in self._finalising and self.queue.is_current(key, sha))
+
+    def _finalise_later(self, key: tuple[str, int, str], plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(self._finalise(plan, cluster, desired, failed), name=f"finalise {plan.repo}#{plan.number} {cluster}")
+        self._finalising[key] = task
+        task.add_done_callback(lambda t: self._finalising.pop(key, None) if self._finalising.get(key) is t else None)
+
+    async def _finalise(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        """Write what GitHub refused (the status, the comment, the check run) again, with backoff, until it is taken.
+
+        A GitHub outage at the final write must not leave the PR pending until some process restarts: this
+        replica has the result, so it keeps it until GitHub does. A newer run of the PR and cluster cancels
+        this (it writes its own); so does shutdown (the status stays pending: the next start re-runs it).
+        """
+        delay = self.final_retry
+        while failed:
+            log.info("GitHub refused the final %s of %s#%s %s; writing it again in %gs", "/".join(failed), plan.repo, plan.number, cluster, delay)
+            await asyncio.sleep(delay)
+            failed = await self._reconcile(plan, cluster, desired, skip=tuple(op for op in OPERATIONS if op not in failed))
+            delay = min(delay * 2, FINAL_RETRY_MAX)
+        log.info("final state of %s#%s %s written", plan.repo, plan.number, cluster)
+
+    async def close(self) -> None:
+        """Shutting down: stop writing final states again (what is still pending is re-run by the next start)."""
+        tasks = list(self._finalising.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def live_access(self, repo: str, cluster: str) -> "ClusterAccess | None":
         """How to read `cluster` live, when the service config says so."""
@@ -309,8 +349,9 @@ class PrecheckRunner:
             config_from_base=True,  # a PR never decides what its clusters are
         )
 
-    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> None:
-        """Make GitHub show `desired` (comment edited in place, status, check run); GitHub errors are logged and counted."""
+    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Make GitHub show `desired` (comment edited in place, status, check run); the operations GitHub refused
+        (logged and counted) are returned."""
         context = STATUS_CONTEXT.format(cluster=cluster)
         steps = [
             ("comment", lambda: self.github.upsert_comments(plan.repo, plan.number, _marker(cluster), list(desired.comment))),
@@ -325,11 +366,14 @@ class PrecheckRunner:
                 summary=desired.comment[0][:65535],
                 annotations=list(desired.annotations),
             )))
+        failed = []
         for operation, call in steps:
             if operation in skip:
                 continue
             try:
                 await asyncio.to_thread(call)
             except InfraError as exc:
+                failed.append(operation)
                 self.metrics.github_errors.labels(operation).inc()
                 log.warning("GitHub %s for %s#%s %s failed: %s", operation, plan.repo, plan.number, cluster, exc)
+        return tuple(failed)

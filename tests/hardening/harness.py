@@ -166,14 +166,17 @@ def open_pull(fake: FakeGitHub, origin: Origin, number: int, head: str) -> None:
     fake.add_pull(REPO, head_sha=head, base_sha=origin.main, head_ref=f"pr-{number}", author="alice")
 
 
-def service_config(fake: FakeGitHub, origin: Origin, cache: Path, **limits: Any) -> ServiceConfig:
-    return ServiceConfig(
+def service_config(fake: FakeGitHub, origin: Origin, cache: Path, *, sweep_seconds: float | None = None, **limits: Any) -> ServiceConfig:
+    config = ServiceConfig(
         webhook_secret=SECRET,
         github=GitHubAuth(token=BOT_TOKEN, api_url=fake.base_url),
         repos=(RepoPolicy(REPO, clusters=(ClusterPolicy(CLUSTER),), clone_url=str(origin.bare)),),
         limits=replace(Limits(), **limits),
         cache_dir=cache,
     )
+    if sweep_seconds is not None:
+        config = replace(config, leader_election=replace(config.leader_election, sweep_seconds=sweep_seconds))
+    return config
 
 
 @dataclass
@@ -239,9 +242,11 @@ def fake_traffic(fake: FakeGitHub) -> str:
     return "\n".join(f"{r.method} {r.path} {json.dumps(r.json)}" for r in fake.requests)
 
 
-async def running(tmp: Path, origin: Origin, fake: FakeGitHub, *, adapter: dict[str, Any] | None = None, **limits: Any) -> tuple[Service, TestServer]:
+async def running(
+    tmp: Path, origin: Origin, fake: FakeGitHub, *, adapter: dict[str, Any] | None = None, sweep_seconds: float | None = None, **limits: Any
+) -> tuple[Service, TestServer]:
     """Build the service for `fake` and `origin`; the caller starts the returned TestServer."""
-    config = service_config(fake, origin, tmp / "cache", **limits)
+    config = service_config(fake, origin, tmp / "cache", sweep_seconds=sweep_seconds, **limits)
     options = {"min_write_interval": 0, "backoff": 0.05, "bot_login": BOT, **(adapter or {})}
     service = build_service(config, github=GitHubAdapter(config.github, **options))
     return service, TestServer(service.app(), host="127.0.0.1")
