@@ -205,6 +205,7 @@ class PrecheckRunner:
     final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
     _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
     _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
+    _reviewing: list = field(default_factory=list, repr=False)  # one entry per review thread still running (cancelled runs too)
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster.
@@ -329,8 +330,21 @@ class PrecheckRunner:
             live = await read_live_state(access, cluster)
         return await asyncio.to_thread(self._review, plan, cluster, live, access)
 
+    @property
+    def reviewing(self) -> int:
+        """Review threads still running: a cancelled run's thread goes on until its builds are stopped."""
+        return len(self._reviewing)
+
     def _review(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None" = None, access: "ClusterAccess | None" = None) -> ClusterReview:
         """Fetch base and head into the mirror and review the change (blocking; runs in a thread)."""
+        marker = object()
+        self._reviewing.append(marker)  # list.append/remove are atomic under the GIL
+        try:
+            return self._review_in_thread(plan, cluster, live, access)
+        finally:
+            self._reviewing.remove(marker)
+
+    def _review_in_thread(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None", access: "ClusterAccess | None") -> ClusterReview:
         token = self.github.installation_token()
         fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head", token)
         if fetched.head_sha != plan.head_sha:
