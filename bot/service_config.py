@@ -136,7 +136,7 @@ class Limits:
     kustomize_timeout: float = 120.0
     max_body_bytes: int = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
     # A final state GitHub refused (past the adapter's retries) is written again after this many seconds,
-    # doubling up to 300, until GitHub takes it: a finished run never leaves its status pending.
+    # doubling up to 120, until GitHub takes it: a finished run never leaves its status pending.
     final_retry_seconds: float = 5.0
 
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 STATUS_CONTEXT = "fluxwarden/{cluster}"
 OPERATIONS = ("comment", "status", "check_run")  # what reconciling a state writes on GitHub
-FINAL_RETRY_MAX = 300.0  # seconds between attempts to write a refused final state, at most
+FINAL_RETRY_MAX = 120.0  # seconds between attempts to write a refused final state, at most
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
 _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
 
