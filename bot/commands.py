@@ -7,9 +7,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
+from bot import markdown as md
 from bot.errors import UserError
 
 MAX_COMMANDS = 10
+LIST_CAP = 10  # names a reply lists before "and N more"
 PERMISSION_ORDER = ("none", "read", "triage", "write", "maintain", "admin")
 
 
@@ -120,11 +122,11 @@ def help_text(cluster_permissions: Mapping[str, str], default_permission: str = 
     rows = []
     for spec in REGISTRY:
         if spec.name == "precheck":
-            who = "; ".join(f"{_cell(c)}: {_who(cluster_permissions[c])}" for c in sorted(cluster_permissions))
+            who = "; ".join(f"{md.text(c)}: {_who(cluster_permissions[c])}" for c in sorted(cluster_permissions))
             who = who or _who(default_permission)
         else:
             who = _who(spec.permission)
-        rows.append(f"| `{spec.usage}` | {_cell(spec.summary)} | {who} |")
+        rows.append(f"| `{spec.usage}` | {md.text(spec.summary)} | {who} |")
     return "\n".join(
         [
             "### Fluxwarden commands",
@@ -169,15 +171,19 @@ def _command(word: str, args: list[str], line: str, known_clusters: Collection[s
 def _precheck(args: list[str], line: str, known_clusters: Collection[str]) -> Command | CommandError:
     bad = [a for a in args if a not in known_clusters and not _NAME_RE.fullmatch(a)]
     if bad:
-        shown = ", ".join(code_span(a) for a in bad)
-        return CommandError(f"not a cluster name: {shown}; usage: `{_SPECS['precheck'].usage}`", line)
+        return CommandError(f"not a cluster name: {_spans(bad)}; usage: `{_SPECS['precheck'].usage}`", line)
     unknown = [a for a in dict.fromkeys(args) if a not in known_clusters]
     if unknown:
         noun = "cluster" if len(unknown) == 1 else "clusters"
-        known = ", ".join(sorted(known_clusters)) or "none"
-        shown = ", ".join(code_span(a) for a in unknown)
-        return CommandError(f"unknown {noun} {shown}; known: {known}", line)
+        known = _spans(sorted(known_clusters)) or "none"
+        return CommandError(f"unknown {noun} {_spans(unknown)}; known: {known}", line)
     return PrecheckCommand(tuple(dict.fromkeys(args)))
+
+
+def _spans(names: list[str]) -> str:
+    """The first LIST_CAP names as code spans, then how many more: a reply stays short whatever a comment names."""
+    shown = ", ".join(code_span(n) for n in names[:LIST_CAP])
+    return shown + (f" and {len(names) - LIST_CAP:,} more" if len(names) > LIST_CAP else "")
 
 
 def _mask(text: str) -> str:
@@ -272,17 +278,6 @@ def _who(permission: str) -> str:
     return f"{permission} or higher"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def code_span(text: str) -> str:
     """`text` as a Markdown inline code span safe in a reply: printable, at most 40 characters, backticks literal."""
-    cleaned = "".join(c if c.isprintable() else "?" for c in text)
-    if len(cleaned) > 40:
-        cleaned = cleaned[:39] + "…"
-    # CommonMark: delimit with a backtick run longer than any inside; pad when the text starts or ends with one.
-    # https://spec.commonmark.org/0.31.2/#code-spans
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", cleaned)), default=0) + 1)
-    pad = " " if cleaned.startswith("`") or cleaned.endswith("`") else ""
-    return f"{fence}{pad}{cleaned}{pad}{fence}"
+    return md.code(text, limit=40)

@@ -34,6 +34,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
+from bot import markdown as md
 from bot.live import KS_LABEL_NAME, KS_LABEL_NAMESPACE, LiveBody, LiveKustomization, LiveState, inventory_id
 from bot.model import GroupKind, Manifest, ObjectRef, TierId
 from bot.providers import Provider, ProviderIndex, ProviderKind
@@ -156,7 +157,7 @@ class DriftReport:
 
     @property
     def marker(self) -> str:
-        return MARKER.format(cluster=self.cluster)
+        return MARKER.format(cluster=md.comment(self.cluster))
 
     def keys(self) -> list[str]:
         return [i.key for i in self.items]
@@ -816,23 +817,18 @@ def report_to_json(report: DriftReport, first_seen: Mapping[str, datetime] | Non
     }
 
 
-def _md(text: str) -> str:
-    """Free text for Markdown: no HTML (a cluster-supplied message cannot open a comment or a tag)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def format_markdown(report: DriftReport, first_seen: Mapping[str, datetime] | None = None, *, hidden: str = "") -> str:
     """The issue body: the hidden marker first, then the items by section with since-when, then `hidden`."""
-    out = [f"<!-- {report.marker} -->", f"## Drift report: `{report.cluster}`", ""]
+    out = [f"<!-- {report.marker} -->", f"## Drift report: {md.code(report.cluster)}", ""]
     if report.error is not None:
-        out += [f"⚠️ The cluster could not be checked ({_md(_headline(report))}): {_md(report.error)}", "",
+        out += [f"⚠️ The cluster could not be checked ({md.text(_headline(report))}): {md.rich(report.error)}", "",
                 "This is not drift: Fluxwarden keeps trying on schedule and updates this issue when a check succeeds.", ""]
     elif not report.items:
-        out += [f"✅ No drift: the cluster matches git ({_md(_headline(report))}).", ""]
+        out += [f"✅ No drift: the cluster matches git ({md.text(_headline(report))}).", ""]
     else:
-        against = f"`{report.branch or 'the default branch'}`" + (f" at `{report.revision[:12]}`" if report.revision else "") if (report.branch or report.revision) else "git"
-        through = f" through {_md(report.where)}" if report.where else ""
-        out += [f"**{len(report.items)} item(s)** where cluster `{report.cluster}` differs from {against} — checked {format_time(report.checked_at)}{through}.", ""]
+        against = md.code(report.branch or "the default branch") + (f" at {md.code(report.revision[:12])}" if report.revision else "") if (report.branch or report.revision) else "git"
+        through = f" through {md.text(report.where)}" if report.where else ""
+        out += [f"**{len(report.items)} item(s)** where cluster {md.code(report.cluster)} differs from {against} — checked {format_time(report.checked_at)}{through}.", ""]
         budget = MAX_BODY - len(hidden) - 2000
         size = sum(len(o) + 1 for o in out)
         section = None
@@ -842,11 +838,11 @@ def format_markdown(report: DriftReport, first_seen: Mapping[str, datetime] | No
             if item.kind.section != section:
                 section = item.kind.section
                 block += ["", f"### {section}", ""] if shown else [f"### {section}", ""]
-            block.append(f"- **{item.kind.label}** `{_subject(item)}`: {_md(item.message)} — _{_since_text(item, report, first_seen)}_")
-            block += [f"  - {_md(d)}" for d in item.details]
+            block.append(f"- **{item.kind.label}** {md.code(_subject(item))}: {md.rich(item.message)} — _{_since_text(item, report, first_seen)}_")
+            block += [f"  - {md.rich(d)}" for d in item.details]
             grow = sum(len(b) + 1 for b in block)
             if size + grow > budget:
-                out += ["", f"… and {len(report.items) - shown} more item(s): run `fluxwarden drift --cluster {report.cluster}` for all of them."]
+                out += ["", f"… and {len(report.items) - shown} more item(s): run {md.code(f'fluxwarden drift --cluster {report.cluster}')} for all of them."]
                 break
             out += block
             size += grow
@@ -854,11 +850,11 @@ def format_markdown(report: DriftReport, first_seen: Mapping[str, datetime] | No
         out.append("")
     if report.notes:
         out += ["<details><summary>Not checked</summary>", ""]
-        out += [f"- {_md(n)}" for n in report.notes]
+        out += [f"- {md.rich(n)}" for n in report.notes]
         out += ["", "</details>", ""]
     out.append(
-        f"<sub>Updated in place by Fluxwarden on each scheduled run and closed when `{report.cluster}` matches git again. "
-        f"`fluxwarden drift --repo . --cluster {report.cluster}` prints the same report.</sub>"
+        f"<sub>Updated in place by Fluxwarden on each scheduled run and closed when {md.code(report.cluster)} matches git again. "
+        f"{md.code(f'fluxwarden drift --repo . --cluster {report.cluster}')} prints the same report.</sub>"
     )
     if hidden:
         out += ["", hidden]

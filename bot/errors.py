@@ -43,3 +43,7 @@ class KustomizeNotFound(InfraError):
 
 class RenderError(FluxwardenError):
     """kustomize failed on a tier; the message is already sanitised for posting."""
+
+
+class BuildStopped(RenderError):
+    """kustomize was stopped by a limit (timeout, signal, output cap, shutdown): nothing said about the input."""

@@ -231,17 +231,17 @@ def commit_summary(repo_dir: Path, rev: str) -> str:
 def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]:
     """Repo paths that differ between `base` and `head` (None: the working tree, untracked files included)."""
     repo = _open(repo_dir)
-    base_commit = repo.commit(_resolve(repo, base))
+    base_sha = _resolve(repo, base)
+    # NUL-separated names from git itself: GitPython's diff parser loses every path after one whose name
+    # has a line break (a PR could hide its changes behind such a file). --no-renames: both sides of a rename.
     if head is None:
         if repo.bare:
             raise UserError(f"{repo_dir} is a bare repository: name a head revision, there is no working tree")
-        diffs = base_commit.diff(None)
-        paths = {p for d in diffs for p in (d.a_path, d.b_path) if p}
-        paths.update(repo.untracked_files)
+        out = repo.git.diff("--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base_sha, "--", stdout_as_string=False)
+        out += b"\0" + repo.git.ls_files("--others", "--exclude-standard", "-z", stdout_as_string=False)
     else:
-        diffs = base_commit.diff(repo.commit(_resolve(repo, head)))
-        paths = {p for d in diffs for p in (d.a_path, d.b_path) if p}
-    return frozenset(paths)
+        out = repo.git.diff("--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base_sha, _resolve(repo, head), "--", stdout_as_string=False)
+    return frozenset(p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p)
 
 
 # --- mirrors ---------------------------------------------------------------------------------------------------

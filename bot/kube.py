@@ -14,6 +14,7 @@ raise them: they record them in the `LiveState`, where they become `precondition
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ KUSTOMIZE_API = ("kustomize.toolkit.fluxcd.io", "v1")
 SOURCE_GROUP = "source.toolkit.fluxcd.io"
 CRD_API = ("apiextensions.k8s.io", "v1")
 PAGE_SIZE = 250
+
+log = logging.getLogger(__name__)
 
 
 class KubeError(InfraError):
@@ -77,10 +80,11 @@ class ClusterAccess:
     timeout: float = 15.0  # seconds per request
 
     def describe(self) -> str:
+        """How the cluster is reached, as comments and reports show it: the context only, never the
+        kubeconfig's path or the API server's URL (a host's layout and network are nobody's business)."""
         if self.in_cluster:
             return "in-cluster service account"
-        where = str(self.kubeconfig) if self.kubeconfig else "the default kubeconfig"
-        return f"context {self.context} of {where}" if self.context else f"current context of {where}"
+        return f"context {self.context}" if self.context else "the kubeconfig's current context"
 
 
 _SECRETISH = re.compile(r"eyJ[\w-]+\.[\w-]+\.[\w-]*|\b[A-Za-z0-9+_=-]{32,}\b")
@@ -89,6 +93,12 @@ _SECRETISH = re.compile(r"eyJ[\w-]+\.[\w-]+\.[\w-]*|\b[A-Za-z0-9+_=-]{32,}\b")
 def _scrub(text: str) -> str:
     """Drop anything that looks like a token (JWTs, long base64/hex runs) from a message."""
     return _SECRETISH.sub("***", " ".join(str(text).split()))[:500]
+
+
+def _hide_paths(text: str) -> str:
+    """A kubeconfig loader's message without the host's file paths (`/home/me/.kube/config`) or URLs."""
+    text = re.sub(r"\b[a-z][a-z0-9+.-]*://\S+", "<url>", text)
+    return re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path>", text)
 
 
 def _host(url: str) -> str:
@@ -118,7 +128,8 @@ class KubeClient:
             else:
                 path = self.access.kubeconfig
                 if path is not None and not Path(path).is_file():
-                    raise KubeConfigError(f"kubeconfig {path} does not exist")
+                    log.warning("kubeconfig %s does not exist", path)
+                    raise KubeConfigError("the kubeconfig configured for this cluster does not exist")
                 await load_kube_config(
                     config_file=str(path) if path else None,
                     context=self.access.context,
@@ -128,10 +139,12 @@ class KubeClient:
         except KubeError:
             raise
         except (ConfigException, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise KubeConfigError(f"cannot load the {self.access.describe()}: {_scrub(str(exc)) or type(exc).__name__}") from None
+            log.warning("cannot load kubeconfig %s: %s", self.access.kubeconfig or "(default)", _scrub(str(exc)) or type(exc).__name__)
+            raise KubeConfigError(f"cannot load the {self.access.describe()}: {_scrub(_hide_paths(str(exc))) or type(exc).__name__}") from None
         except Exception as exc:  # yaml errors and the like: still a configuration problem, never a traceback
             raise KubeConfigError(f"cannot load the {self.access.describe()}: {type(exc).__name__}") from None
         self._host = _host(config.host or "")
+        log.debug("%s: API server %s", self.access.describe(), self._host)  # for the operator's log only
         self._client = ApiClient(configuration=config)
         return self
 
@@ -145,7 +158,7 @@ class KubeClient:
     async def _get(self, path: str, what: str, query: Sequence[tuple[str, Any]] = ()) -> Any:
         """GET `path`; 404 raises _NotFound, every other failure a KubeError subclass."""
         assert self._client is not None, "use `async with KubeClient(...)`"
-        where = f"{self.access.describe()} ({self._host})"
+        where = self.access.describe()  # never the API server's URL: messages reach PR comments
         try:
             return await self._client.call_api(
                 path,
@@ -274,7 +287,7 @@ class KubeClient:
             return await self._list(f"/apis/{group}/{version}/kustomizations", "Flux Kustomizations")
         except _NotFound:
             raise KubeApiError(
-                f"{self.access.describe()} ({self._host}) does not serve {group}/{version} Kustomizations: is Flux ≥ 2.0 installed?"
+                f"{self.access.describe()} does not serve {group}/{version} Kustomizations: is Flux ≥ 2.0 installed?"
             ) from None
 
     async def get_source(self, ref: SourceRef) -> dict[str, Any] | None:

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import IO
 
 from bot.cache import BuildCache, versioned_key
-from bot.errors import KustomizeNotFound, RenderError
+from bot.errors import BuildStopped, KustomizeNotFound, RenderError
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 # The Go runtime reserves ~600 MiB of address space at start; 3 GiB caps a runaway build.
 DEFAULT_MEMORY_BYTES = 3 * 1024**3
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+# How the messages of a BuildStopped begin (a `render-failed` finding carries only the message): a build
+# stopped by a limit is not a verdict about the PR (handlers/precheck.py).
+STOPPED_MESSAGES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded", "kustomize build cancelled")
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,91 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+# A process killed outright (SIGKILL, the OOM killer) cannot kill its kustomize builds, and Linux's
+# PR_SET_PDEATHSIG would need a preexec_fn (no vfork, unsafe with threads). Instead one small helper
+# process holds a pipe from us: we write `+pgid` when a build starts and `-pgid` when it is reaped; when
+# the pipe reaches EOF — we are gone, however we died — it kills the process groups still listed.
+_REAPER = """\
+import os, signal, sys
+groups = set()
+for line in sys.stdin.buffer:
+    try:
+        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+    except ValueError:
+        pass
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Builds:
+    """The kustomize process groups this process runs: killed when it dies (the reaper) or shuts down (`stop`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen] = set()
+        self._pipe: int | None = None
+        self._owner = 0  # the pid that started the reaper (a forked child needs its own)
+        self.stopping = threading.Event()
+
+    def _tell(self, line: bytes) -> None:
+        if self._pipe is None or self._owner != os.getpid():
+            read, self._pipe = os.pipe()  # not inheritable: no other child keeps the pipe open after we die
+            self._owner = os.getpid()
+            try:
+                # Its own session: a signal to our process group (Ctrl-C) does not take it with us.
+                subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER], stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}, start_new_session=True)
+            except OSError:
+                os.close(self._pipe)
+                self._pipe = None
+                return  # without a reaper a build still runs; only a hard crash could orphan it
+            finally:
+                os.close(read)
+        try:
+            os.write(self._pipe, line)
+        except OSError:  # the reaper is gone: start another next time
+            os.close(self._pipe)
+            self._pipe = None
+
+    def started(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.add(proc)
+            self._tell(b"+%d\n" % proc.pid)
+
+    def ended(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.discard(proc)
+            self._tell(b"-%d\n" % proc.pid)
+
+    def stop(self) -> int:
+        """Kill every build running now (process groups) and refuse new ones until `allow`; how many were killed."""
+        self.stopping.set()
+        with self._lock:
+            live = list(self._live)
+        for proc in live:
+            _kill_group(proc)
+        return len(live)
+
+    def allow(self) -> None:
+        self.stopping.clear()
+
+
+BUILDS = _Builds()
+
+
+def stop_builds() -> int:
+    """Shutting down: kill the kustomize builds in flight and refuse new ones (they fail as BuildStopped)."""
+    return BUILDS.stop()
+
+
+def allow_builds() -> None:
+    """Builds may run again (after `stop_builds`, once the runs it stopped have ended)."""
+    BUILDS.allow()
+
+
 def run_build(
     binary: KustomizeBinary,
     directory: Path,
@@ -163,6 +251,8 @@ def run_build(
     max_output: int = MAX_OUTPUT_BYTES,
 ) -> str:
     """Run kustomize build on `directory`; raise RenderError with kustomize's (unsanitised) message on failure."""
+    if BUILDS.stopping.is_set():
+        raise BuildStopped("kustomize build cancelled: the service is shutting down")
     sandbox_home.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         binary.argv(str(directory)),
@@ -173,10 +263,21 @@ def run_build(
         env=_clean_env(sandbox_home),
         start_new_session=True,  # its own process group: a timeout also kills what a wrapper script started
     )
+    BUILDS.started(proc)
+    try:
+        return _finish_build(proc, timeout=timeout, memory_bytes=memory_bytes, max_output=max_output)
+    finally:
+        BUILDS.ended(proc)
+
+
+def _finish_build(proc: subprocess.Popen, *, timeout: float, memory_bytes: int, max_output: int) -> str:
+    """Cap, read and wait for a started build; raise RenderError (BuildStopped when a limit or shutdown stopped it)."""
     # The cap is set right after the spawn, not in a preexec_fn: a preexec_fn forces a full fork() of
     # this (large) process under the GIL, while without one CPython can vfork. A build cannot grow to
     # gigabytes in the microseconds before this runs.
     _limit_memory(proc.pid, memory_bytes)
+    if BUILDS.stopping.is_set():  # shutdown began while it was starting
+        _kill_group(proc)
     _widen_pipe(proc.stdout)
     chunks: list[bytes] = []
     err_chunks: list[bytes] = []
@@ -219,12 +320,14 @@ def run_build(
         for reader in readers:
             reader.join(timeout=5)
     if timed_out.is_set() and code != 0:  # (a build that exited just before the timer fired is kept)
-        raise RenderError(f"kustomize build timed out after {timeout:g}s")
+        raise BuildStopped(f"kustomize build timed out after {timeout:g}s")
+    if code < 0 and BUILDS.stopping.is_set():
+        raise BuildStopped("kustomize build cancelled: the service is shutting down")
     if too_big.is_set():
-        raise RenderError(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+        raise BuildStopped(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+    if code < 0:
+        raise BuildStopped(f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)")
     if code != 0:
         message = b"".join(err_chunks).decode("utf-8", errors="replace").strip()
-        if code < 0:
-            message = f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)"
         raise RenderError(message or f"kustomize exited with status {code}")
     return b"".join(chunks).decode("utf-8", errors="replace")

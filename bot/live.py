@@ -310,7 +310,7 @@ class LiveState:
     """Everything read from one cluster; `error` set when it could not be read at all."""
 
     cluster: str
-    where: str = ""  # how it was reached ("context prod of ~/.kube/config"); never a secret
+    where: str = ""  # how it was reached ("context prod"); never a secret, a path or a URL
     kustomizations: Mapping[TierId, LiveKustomization] = field(default_factory=dict)
     sources: Mapping[SourceRef, LiveSource] = field(default_factory=dict)
     source_errors: Mapping[SourceRef, str] = field(default_factory=dict)

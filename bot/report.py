@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bot import markdown as md
 from bot.model import Finding, Severity, SourceRef, TierId
 
 SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
@@ -150,18 +151,14 @@ def format_text(report: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
-
-
 def format_location(finding: Finding, link_base: str | None) -> str:
-    """A Markdown `file:line` (a link when we know the blob URL base)."""
+    """A Markdown `file:line` for a table cell (a link when we know the blob URL base)."""
     if not finding.location:
         return ""
-    text = f"`{finding.location}`"
+    text = md.code(finding.location, table=True)
     if link_base:
         anchor = f"#L{finding.location.line}" if finding.location.line else ""
-        return f"[{text}]({link_base.rstrip('/')}/{finding.location.file}{anchor})"
+        return f"[{text}]({link_base.rstrip('/')}/{md.url_path(finding.location.file)}{anchor})"
     return text
 
 
@@ -170,15 +167,15 @@ def findings_table(findings: tuple[Finding, ...] | list[Finding], link_base: str
     rows = ["| | check | tier | object | where | message |", "|---|---|---|---|---|---|"]
     for f in findings:
         rows.append(
-            f"| {SEVERITY_ICON[f.severity]} | `{f.check}` | {_cell(str(f.kustomization or ''))} | "
-            f"{_cell(str(f.object or ''))} | {format_location(f, link_base)} | {_cell(f.message)} |"
+            f"| {SEVERITY_ICON[f.severity]} | `{f.check}` | {md.text(f.kustomization or '')} | "
+            f"{md.text(f.object or '')} | {format_location(f, link_base)} | {md.rich(f.message, table=True)} |"
         )
     return "\n".join(rows)
 
 
 def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
     """Markdown for a PR comment or a CI summary."""
-    parts = [f"### {verdict_line(report)}", ""]
+    parts = [f"### {md.text(verdict_line(report))}", ""]
     if report.findings:
         parts += [findings_table(report.findings, link_base), ""]
     parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
@@ -186,8 +183,8 @@ def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
     for tier_id in listing_order(report):
         t = by_id[tier_id]
         parts.append(
-            f"| {_cell(str(t.id))} | `{_cell(t.where())}` | {t.objects if t.rendered else 'not rendered'} | "
-            f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {_cell(', '.join(str(d) for d in t.depends_on))} |"
+            f"| {md.text(t.id)} | {md.code(t.where(), table=True)} | {t.objects if t.rendered else 'not rendered'} | "
+            f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {md.text(', '.join(str(d) for d in t.depends_on))} |"
         )
     parts += ["", "</details>", ""]
     return "\n".join(parts)

@@ -25,9 +25,10 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
+from bot import markdown as md
 from bot.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
 from bot.model import Finding, Severity, TierId
-from bot.report import SEVERITY_ICON, _cell, format_location
+from bot.report import SEVERITY_ICON, format_location
 from bot.review import ClusterReview, ReviewedFinding
 
 DEFAULT_MARKER = "fluxwarden:review"
@@ -366,15 +367,6 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
 # -- Markdown blocks --------------------------------------------------------------------------------
 
 
-def _code(text: str) -> str:
-    """Inline code; backticks cannot occur in Kubernetes names, but are dropped to be sure."""
-    return f"`{text.replace('`', '')}`"
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _fence(body: str) -> str:
     """A backtick fence longer than any backtick run in `body` (a diff line ` ``` ` would close ```)."""
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
@@ -390,9 +382,9 @@ def _diff_lines(change: ObjectChange) -> list[str]:
 
 def _change_heading(change: ObjectChange) -> str:
     sign = CHANGE_SIGN[change.kind]
-    text = f"**{sign} {change.kind.value}** {_code(str(change.ref))}"
+    text = f"**{sign} {change.kind.value}** {md.code(change.ref)}"
     if change.kind is ChangeKind.MOVED:
-        text += f" from {_code(str(change.from_tier))}"
+        text += f" from {md.code(change.from_tier)}"
     if change.kind in (ChangeKind.CHANGED, ChangeKind.MOVED):
         text += f" · {_plural(change.lines_changed, 'line')}" if change.lines_changed else " · unchanged"
     return text
@@ -406,7 +398,7 @@ def _secret_block(change: ObjectChange) -> str:
         parts = []
         for label, names in (("added", keys.added), ("removed", keys.removed), ("changed", keys.changed)):
             if names:
-                parts.append(f"{label} " + ", ".join(_code(n) for n in names))
+                parts.append(f"{label} " + ", ".join(md.code(n) for n in names))
         what = "keys " + "; ".join(parts)
     return f"{_change_heading(change)}: {what} (Secret: key names only, values are never shown)\n\n"
 
@@ -448,7 +440,7 @@ def _change_block(change: ObjectChange, max_len: int) -> str:
 
 
 def _tier_open(review: ClusterReview, tier: TierDiff, continued: bool = False) -> str:
-    bits = [f"<b>{_html(str(tier.tier))}</b>"]
+    bits = [f"<b>{md.html(tier.tier)}</b>"]
     if continued:
         bits.append("(continued)")
     flags = _tier_flags(review, tier.tier)
@@ -461,7 +453,7 @@ TIER_CLOSE = "</details>\n\n"
 
 
 def _name_list(ids: Sequence[TierId]) -> str:
-    shown = ", ".join(_code(str(t)) for t in ids[:LIST_CAP])
+    shown = ", ".join(md.code(t) for t in ids[:LIST_CAP])
     return shown + (f" and {len(ids) - LIST_CAP:,} more" if len(ids) > LIST_CAP else "")
 
 
@@ -478,8 +470,8 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
     short_notes = [f"- {label}: {len(ids):,}." for label, ids in notes if ids]
     if not review.diff.tiers and not any(ids for _, ids in notes):
         note_lines = short_notes = ["No rendered changes."]
-    head = _code(_short(review.head_sha)) if review.head_sha else "the working tree"
-    heading = f"---\n\n#### {_html(review.cluster)} · base {_code(_short(review.base_sha))} → head {head}\n\n"
+    head = md.code(_short(review.head_sha)) if review.head_sha else "the working tree"
+    heading = f"---\n\n#### {md.text(review.cluster)} · base {md.code(_short(review.base_sha))} → head {head}\n\n"
     interesting = bool(review.changed_tiers or review.diff.tiers or any(f.finding.kustomization for f in review.findings))
     graph = f"{tier_graph_mermaid(review)}{MERMAID_LEGEND}\n\n" if interesting else ""
     too_big = f"<sub>Tier graph ({_plural(len(review.head.tiers), 'tier')}) not shown: too large for a comment.</sub>\n\n"
@@ -491,7 +483,7 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
 
 
 def _continued_heading(review: ClusterReview) -> str:
-    return f"#### {_html(review.cluster)} (continued)\n\n"
+    return f"#### {md.text(review.cluster)} (continued)\n\n"
 
 
 # -- Markdown: first screen --------------------------------------------------------------------------
@@ -508,20 +500,20 @@ def _finding_row(cluster: str | None, reviewed: ReviewedFinding, link_base: str 
     mark = f"{SEVERITY_ICON[f.severity]} {NEW_MARK}" if reviewed.new else SEVERITY_ICON[f.severity]
     cells = [mark]
     if cluster is not None:
-        cells.append(_cell(cluster))
+        cells.append(md.text(cluster))
     cells += [
         f"`{f.check}`",
-        _cell(str(f.kustomization or "")),
-        _cell(str(f.object or "")),
+        md.text(f.kustomization or ""),
+        md.text(f.object or ""),
         format_location(f, link_base),
-        _cell(_truncate(f.message, cap)),
+        md.rich(_truncate(f.message, cap), table=True),
     ]
     return "| " + " | ".join(cells) + " |"
 
 
 def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_len: int) -> str:
     """Verdict lines and the findings table, shortened (messages, then folded rows) to `max_len`."""
-    verdicts = "".join(f"### {review_verdict_line(r)}\n" for r in reviews) + "\n"
+    verdicts = "".join(f"### {md.text(review_verdict_line(r))}\n" for r in reviews) + "\n"
     multi = len(reviews) > 1
     rows = [
         (r.cluster if multi else None, f)
@@ -616,7 +608,7 @@ def format_review_markdown(
     marker: str = DEFAULT_MARKER,
 ) -> list[str]:
     """The PR comment: parts of at most `limit` characters each, part 1 starting with `<!-- marker -->`."""
-    if len(marker) > MAX_MARKER or "--" in marker:
+    if len(marker) > MAX_MARKER or marker != md.comment(marker):
         raise ValueError("marker must be a short HTML-comment-safe string")
     if isinstance(reviews, ClusterReview):
         reviews = [reviews]

@@ -43,6 +43,11 @@ class RunQueue:
     def active(self) -> int:
         return sum(1 for r in self._runs.values() if not r.task.done())
 
+    def running(self, key: RunKey, sha: str) -> bool:
+        """Whether a run for `key` at `sha` is queued or running now."""
+        run = self._runs.get(key)
+        return run is not None and run.sha == sha and not run.task.done()
+
     def is_current(self, key: RunKey, sha: str) -> bool:
         """Whether `sha` is still the newest run for `key` (an old SHA must never overwrite a newer result)."""
         run = self._runs.get(key)

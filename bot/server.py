@@ -19,6 +19,8 @@ from handlers.push import on_push
 
 log = logging.getLogger(__name__)
 SEEN_DELIVERIES = 10_000  # GitHub redelivers with the same X-GitHub-Delivery; remember this many
+# GitHub sends webhook bodies uncompressed; a compressed body is refused before a byte of it is read.
+IDENTITY = frozenset({"", "identity"})
 
 
 @dataclass
@@ -42,7 +44,9 @@ class WebhookApp:
         self._tasks: set[asyncio.Task[object]] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.bot.config.limits.max_body_bytes)
+        # auto_decompress off: aiohttp would otherwise inflate a gzip/deflate/br/zstd body as it arrives, on
+        # the event loop, before the handler can refuse it (a 1 MB bomb is 1 GiB inflated).
+        app = web.Application(client_max_size=self.bot.config.limits.max_body_bytes, handler_args={"auto_decompress": False})
         app.router.add_post("/webhook", self.webhook)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
@@ -55,9 +59,17 @@ class WebhookApp:
         event_name = request.headers.get("X-GitHub-Event", "")
         delivery = request.headers.get("X-GitHub-Delivery", "")
         deliveries = self.bot.metrics.deliveries
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in IDENTITY:
+            deliveries.labels(event_name or "unknown", "encoded").inc()
+            response = web.json_response({"error": "Content-Encoding is not supported: GitHub sends webhook bodies uncompressed"}, status=415)
+            response.force_close()  # do not linger reading the rest of the body
+            return response
         if (request.content_length or 0) > self.bot.config.limits.max_body_bytes:
             deliveries.labels(event_name or "unknown", "too-large").inc()
-            return web.json_response({"error": "payload too large"}, status=413)
+            response = web.json_response({"error": "payload too large"}, status=413)
+            response.force_close()  # do not linger reading the rest of the body
+            return response
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -141,3 +153,4 @@ class WebhookApp:
         for task in list(self._tasks):
             task.cancel()
         await self.bot.runner.queue.close()
+        await self.bot.runner.close()

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
+import stat
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -14,16 +19,20 @@ from bot.engine import CheckOptions
 from bot.errors import FluxwardenError
 from bot.github import GitHubAdapter
 from bot.gitrepo import Mirrors
-from bot.kustomize import locate_kustomize
+from bot.kustomize import allow_builds, locate_kustomize, stop_builds
 from bot.metrics import new_metrics
 from bot.runs import RunQueue
 from bot.server import Readiness, WebhookApp
 from bot.service_config import ServiceConfig
 from handlers.context import BotContext
 from handlers.precheck import PrecheckRunner
-from handlers.restart import resume_pending
+from handlers.claims import CLAIM_GRACE
+from handlers.restart import resume_pending, sweep_own
 
 log = logging.getLogger(__name__)
+SHUTDOWN_TIMEOUT = 10.0  # seconds aiohttp waits for HTTP requests in progress on SIGTERM (webhooks answer at once)
+THREADS_GRACE = 10.0  # seconds the review threads of cancelled runs get to end once their builds are killed
+STALE_WORK_DIR_MIN = 1800.0  # a /tmp/fluxwarden-* directory is stale after max(2 × run_timeout, this)
 
 
 @dataclass
@@ -35,6 +44,7 @@ class Service:
     webhook: WebhookApp
     drift: Any = None  # bot.scheduler.DriftScheduler: scheduled drift reports (None: no cluster has them)
     leader: Any = None  # bot.leader.LeaderElector when leader_election.enabled (docs/high-availability.md)
+    _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
 
     @property
     def is_leader(self) -> bool:
@@ -47,8 +57,35 @@ class Service:
         app.on_startup.append(self._start_leader)
         app.on_shutdown.append(self._stop_leader)  # before on_cleanup cancels runs: jobs stop, the Lease is released
         app.on_startup.append(self._start_drift)
+        app.on_startup.append(self._start_sweep)
+        app.on_shutdown.append(self._stop_sweep)
         app.on_cleanup.append(self._stop_drift)
+        app.on_cleanup.append(self._stop_builds)  # last: the runs are cancelled by now, their results unwanted
         return app
+
+    async def _stop_builds(self, _: web.Application) -> None:
+        """Kill the kustomize builds of the cancelled runs, so that their threads end and the process exits
+        within the pod's grace period, instead of building every remaining tier first."""
+        killed = stop_builds()
+        deadline = time.monotonic() + THREADS_GRACE
+        while self.bot.runner.reviewing and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        log.info("shutdown: %d kustomize build(s) killed, %d review thread(s) still running", killed, self.bot.runner.reviewing)
+        allow_builds()  # this process is done; an in-process successor (tests) builds again
+
+    async def _start_sweep(self, _: web.Application) -> None:
+        """Without leader election this replica is alone: it sweeps its own stale pending statuses."""
+        config = self.bot.config
+        if self.leader is None and config.leader_election.sweep_seconds > 0:
+            stale_after = config.limits.run_timeout + CLAIM_GRACE
+            self._sweeper = asyncio.get_running_loop().create_task(
+                sweep_own(self.bot, config.leader_election.sweep_seconds, stale_after), name="sweep pending prechecks"
+            )
+
+    async def _stop_sweep(self, _: web.Application) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
 
     async def _start_drift(self, _: web.Application) -> None:
         if self.drift is not None:
@@ -89,6 +126,7 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
         cache_dir=config.cache_dir / "builds",
         options=CheckOptions(timeout=config.limits.kustomize_timeout),
         run_timeout=config.limits.run_timeout,
+        final_retry=config.limits.final_retry_seconds,
         target_url=config.public_url,
         service_config=config,
     )
@@ -113,7 +151,7 @@ def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.le
     import os
 
     from bot.leader import build_elector, replica_identity
-    from handlers.claims import CLAIM_GRACE, Claims, pod_of
+    from handlers.claims import Claims, pod_of
     from handlers.restart import sweep_pending
 
     election = config.leader_election
@@ -158,11 +196,41 @@ async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
 
 
 def serve(config: ServiceConfig) -> None:
-    """Run the service until interrupted."""
+    """Run the service until interrupted (SIGTERM: runs cancelled, builds killed, exit within SHUTDOWN_TIMEOUT + THREADS_GRACE)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config.cache_dir.mkdir(parents=True, exist_ok=True)
+    removed = clean_stale_work_dirs(Path(tempfile.gettempdir()), max(2 * config.limits.run_timeout, STALE_WORK_DIR_MIN))
+    if removed:
+        log.info("removed %d stale work directorie(s) a previous process left in %s", len(removed), tempfile.gettempdir())
     service = build_service(config)
-    web.run_app(service.app(), host=config.host, port=config.port, access_log=None, print=lambda *_: None)
+    web.run_app(service.app(), host=config.host, port=config.port, access_log=None, print=lambda *_: None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+
+
+def clean_stale_work_dirs(tmp: Path, older_than: float) -> list[str]:
+    """Remove the `fluxwarden-*` work directories in `tmp` that a killed process left: ours (same uid), real
+    directories (not symlinks), untouched for `older_than` seconds (longer than any run of ours lasts)."""
+    removed = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith("fluxwarden-"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or now - info.st_mtime < older_than:
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except (OSError, RecursionError) as exc:  # a tree an older version left too deep, or a file in use
+            log.warning("cannot remove stale work directory %s: %s", entry.path, type(exc).__name__)
+            continue
+        removed.append(entry.name)
+    return removed
 
 
 __all__ = ["Service", "build_service", "serve", "Path"]

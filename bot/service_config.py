@@ -135,6 +135,9 @@ class Limits:
     run_timeout: float = 900.0
     kustomize_timeout: float = 120.0
     max_body_bytes: int = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+    # A final state GitHub refused (past the adapter's retries) is written again after this many seconds,
+    # doubling up to 120, until GitHub takes it: a finished run never leaves its status pending.
+    final_retry_seconds: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         run_timeout=float(limits_doc.get("run_timeout", Limits.run_timeout)),
         kustomize_timeout=float(limits_doc.get("kustomize_timeout", Limits.kustomize_timeout)),
         max_body_bytes=int(limits_doc.get("max_body_bytes", Limits.max_body_bytes)),
+        final_retry_seconds=float(limits_doc.get("final_retry_seconds", Limits.final_retry_seconds)),
     )
     listen = doc.get("listen") or {}
     repos = tuple(_repo(r) for r in doc.get("repos") or [])

@@ -16,7 +16,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from bot.errors import ConfigError
 from bot.yamlio import MAX_FILE_BYTES
@@ -45,6 +45,10 @@ DEFAULT_IGNORE = (
     "**/.flux.yaml",
 )
 MAX_FILES = 200_000
+# Directories nested deeper than this are left out (an `unsafe-path` finding): real repositories nest a
+# dozen levels; a PR's 1,000-deep tree is an attack on the walks below (and on kustomize).
+MAX_DEPTH = 100
+TOO_DEEP = f"is nested more than {MAX_DEPTH} directories deep; not read"
 
 
 @dataclass(frozen=True)
@@ -324,43 +328,52 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
     linked: list[str] = []  # symlinks met (kept or refused)
     count = 0
 
-    def walk(rel_dir: str) -> None:
-        nonlocal count
+    def listing(rel_dir: str) -> Iterator[os.DirEntry[str]] | None:
         src_dir = source / rel_dir if rel_dir else source
         ignore_file = src_dir / ".sourceignore"
         if ignore_file.is_file() and not ignore_file.is_symlink() and ignore_file.stat().st_size <= max_file_bytes:
             for line in ignore_file.read_text(encoding="utf-8", errors="replace").splitlines():
                 rules.add(line, rel_dir)
         try:
-            entries = sorted(os.scandir(src_dir), key=lambda e: e.name)
+            return iter(sorted(os.scandir(src_dir), key=lambda e: e.name))
         except OSError as exc:
             refused.append(RefusedPath(rel_dir or ".", f"cannot be read ({exc.strerror})"))
-            return
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            count += 1
-            if count > MAX_FILES:
-                if count == MAX_FILES + 1:
-                    refused.append(RefusedPath(rel, f"the repository has more than {MAX_FILES:,} paths"))
-                return
-            if entry.is_symlink():
-                linked.append(rel)
-                _copy_symlink(source, root, rel, entry.path, rules, refused, max_file_bytes)
-                continue
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if rules.ignored(rel, is_dir):
-                continue
-            if is_dir:
-                (root / rel).mkdir()
-                walk(rel)
-            elif entry.is_file(follow_symlinks=False):
-                size = entry.stat(follow_symlinks=False).st_size
-                if size > max_file_bytes:
-                    refused.append(RefusedPath(rel, f"is {size:,} bytes, over the {max_file_bytes:,}-byte limit"))
-                    continue
-                _link_or_copy(Path(entry.path), root / rel)
+            return None
 
-    walk("")
+    # Depth first in name order, with a stack rather than recursion: a PR's 1,000-deep tree must not
+    # reach Python's recursion limit.
+    stack = [("", entries)] if (entries := listing("")) is not None else []
+    while stack:
+        rel_dir, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        count += 1
+        if count > MAX_FILES:
+            refused.append(RefusedPath(rel, f"the repository has more than {MAX_FILES:,} paths"))
+            break
+        if entry.is_symlink():
+            linked.append(rel)
+            _copy_symlink(source, root, rel, entry.path, rules, refused, max_file_bytes)
+            continue
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if rules.ignored(rel, is_dir):
+            continue
+        if is_dir:
+            if len(stack) > MAX_DEPTH:
+                refused.append(RefusedPath(rel, TOO_DEEP))
+                continue
+            (root / rel).mkdir()
+            if (entries := listing(rel)) is not None:
+                stack.append((rel, entries))
+        elif entry.is_file(follow_symlinks=False):
+            size = entry.stat(follow_symlinks=False).st_size
+            if size > max_file_bytes:
+                refused.append(RefusedPath(rel, f"is {size:,} bytes, over the {max_file_bytes:,}-byte limit"))
+                continue
+            _link_or_copy(Path(entry.path), root / rel)
     try:
         config, config_error = read_config_text(source, max_file_bytes), None
     except ConfigError as exc:  # raised when the configuration is used: an explicit one may stand in
@@ -435,35 +448,41 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
     dirs: set[str] = set()
     count = 0
 
-    def walk(rel_dir: str) -> None:  # the same walk as build_snapshot's, over git's listing
-        nonlocal count
-        listing = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
-        ignore_file = next((e for e in listing if e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore"), None)
+    def listing(rel_dir: str) -> Iterator[TreeEntry]:
+        entries = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
+        ignore_file = next((e for e in entries if e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore"), None)
         if ignore_file is not None and (ignore_file.size or 0) <= max_file_bytes:
             for line in read_blob(ignore_file.oid).decode("utf-8", errors="replace").splitlines():
                 rules.add(line, rel_dir)
-        for entry in listing:
-            count += 1
-            if count > MAX_FILES:
-                if count == MAX_FILES + 1:
-                    refused.append(RefusedPath(entry.path, f"the repository has more than {MAX_FILES:,} paths"))
-                return
-            if normalise_repo_path(entry.path) != entry.path:
-                # git fsck forbids `..`, `.` and empty components; a hand-made tree may still carry them.
-                refused.append(RefusedPath(entry.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not a plain path inside the repository"))
-                continue
-            is_dir = entry.kind != "blob"
-            if rules.ignored(entry.path, is_dir):
-                continue
-            if is_dir:
-                dirs.add(entry.path)
-                walk(entry.path)
-            elif entry.size is not None and entry.size > max_file_bytes:
-                refused.append(RefusedPath(entry.path, f"is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit"))
-            else:
-                files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
+        return iter(entries)
 
-    walk("")
+    stack = [("", listing(""))]  # the same walk as build_snapshot's, over git's listing
+    while stack:
+        entry = next(stack[-1][1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        count += 1
+        if count > MAX_FILES:
+            refused.append(RefusedPath(entry.path, f"the repository has more than {MAX_FILES:,} paths"))
+            break
+        if normalise_repo_path(entry.path) != entry.path:
+            # git fsck forbids `..`, `.` and empty components; a hand-made tree may still carry them.
+            refused.append(RefusedPath(entry.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not a plain path inside the repository"))
+            continue
+        is_dir = entry.kind != "blob"
+        if rules.ignored(entry.path, is_dir):
+            continue
+        if is_dir:
+            if len(stack) > MAX_DEPTH:
+                refused.append(RefusedPath(entry.path, TOO_DEEP))
+                continue
+            dirs.add(entry.path)
+            stack.append((entry.path, listing(entry.path)))
+        elif entry.size is not None and entry.size > max_file_bytes:
+            refused.append(RefusedPath(entry.path, f"is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit"))
+        else:
+            files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
     config = next((e for e in children.get("", ()) if e.path == CONFIG_FILE), None)
     return TreeListing(files, frozenset(dirs), tuple(refused), config)
 

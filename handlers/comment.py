@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from bot.commands import CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits
 from bot.errors import InfraError
+from bot.markdown import MAX_COMMENT
 from bot.webhook import CommentEvent
 from handlers.context import BotContext
 from handlers.fix_tier_order import on_fix_tier_order
@@ -16,6 +17,7 @@ from handlers.precheck import PrecheckPlan
 
 log = logging.getLogger(__name__)
 REPLY_MARKER = "fluxwarden:reply:{comment_id}"
+MAX_REPLY = 4000  # characters of one command's reply
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,26 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
     if accepted:
         await _quietly(bot, "reaction", lambda: bot.github.add_reaction(event.repo.full_name, event.comment_id, "eyes"))
     if replies:
-        body = f"<!-- {REPLY_MARKER.format(comment_id=event.comment_id)} -->\n@{event.author}\n\n" + "\n\n".join(replies) + "\n"
+        body = reply_body(REPLY_MARKER.format(comment_id=event.comment_id), event.author, replies)
         await _quietly(bot, "reply", lambda: bot.github.upsert_comments(
             event.repo.full_name, event.number, REPLY_MARKER.format(comment_id=event.comment_id), [body]))
     return CommentOutcome(tuple(replies), tuple(scheduled))
+
+
+def reply_body(marker: str, author: str, replies: list[str]) -> str:
+    """The reply comment: every reply that fits GitHub's 65,536 characters, then how many did not."""
+    head = f"<!-- {marker} -->\n@{author}\n\n"
+    room = MAX_COMMENT - len(head) - 200  # the closing note
+    kept: list[str] = []
+    for text in replies:
+        if len(text) > MAX_REPLY:
+            text = text[: MAX_REPLY - 1] + "…"  # every reply is built from bounded parts; a last guard
+        if sum(len(k) + 2 for k in kept) + len(text) > room:
+            break
+        kept.append(text)
+    if len(kept) < len(replies):
+        kept.append(f"… and {len(replies) - len(kept):,} more replies not shown.")
+    return head + "\n\n".join(kept) + "\n"
 
 
 async def _precheck(event: CommentEvent, command: PrecheckCommand, bot: BotContext) -> tuple[str | None, list[str]]:

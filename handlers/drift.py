@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
+from bot import markdown as md
 from bot.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
 from bot.driftcheck import read_drift, render_cluster, utcnow
 from bot.errors import FluxwardenError, InfraError
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "fluxwarden:drift"
 TITLE = "Drift report: {cluster}"
-MARKER = "fluxwarden:drift:{cluster}"
+MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.markdown.comment (DriftReport.marker)
 STATE_TAG = "fluxwarden:drift-state"
 MAX_REMEMBERED = 300  # items whose first-seen time the issue keeps (the body has room for about that many)
 _STATE_RE = re.compile(r"<!-- " + re.escape(STATE_TAG) + r" (\{.*?\}) -->", re.DOTALL)
@@ -203,40 +204,36 @@ def plan_issue(report: DriftReport, issues: Sequence[IssueLike]) -> IssuePlan:
 def outage_comment(report: DriftReport, last_ok: datetime | None) -> str:
     before = f" The report above is from the last successful check, {format_time(last_ok)}." if last_ok else ""
     return (
-        f"⚠️ **The drift check of `{report.cluster}` could not run** ({format_time(report.checked_at)}): "
-        f"{_md(report.error or '')}\n\nThis is not drift.{before} Fluxwarden keeps trying on schedule and says "
+        f"⚠️ **The drift check of {md.code(report.cluster)} could not run** ({format_time(report.checked_at)}): "
+        f"{md.rich(report.error or '')}\n\nThis is not drift.{before} Fluxwarden keeps trying on schedule and says "
         f"here once when a check succeeds again (no comment per failed run)."
     )
 
 
 def outage_ended_comment(cluster: str, outage: Outage, now: datetime) -> str:
     return (
-        f"✅ The drift check of `{cluster}` runs again ({format_time(now)}); it had failed since "
-        f"{format_time(outage.since)} ({format_duration(now - outage.since)}): {_md(outage.error)}"
+        f"✅ The drift check of {md.code(cluster)} runs again ({format_time(now)}); it had failed since "
+        f"{format_time(outage.since)} ({format_duration(now - outage.since)}): {md.rich(outage.error)}"
     )
 
 
 def clean_comment(report: DriftReport, memory: IssueMemory) -> str:
-    where = f"`{report.branch}`" + (f" at `{report.revision[:12]}`" if report.revision else "") if report.branch else "git"
+    where = md.code(report.branch) + (f" at {md.code(report.revision[:12])}" if report.revision else "") if report.branch else "git"
     return (
-        f"✅ `{report.cluster}` matches {where} again ({format_time(report.checked_at)}): no drift. Closing; "
+        f"✅ {md.code(report.cluster)} matches {where} again ({format_time(report.checked_at)}): no drift. Closing; "
         f"this issue reopens if drift returns."
     )
 
 
 def reopen_comment(report: DriftReport, persisted: bool) -> str:
     if persisted:
-        return (f"Reopening: this issue was closed while `{report.cluster}` still drifts "
+        return (f"Reopening: this issue was closed while {md.code(report.cluster)} still drifts "
                 f"({len(report.items)} item(s) at {format_time(report.checked_at)}). It closes itself once the cluster matches git.")
-    return f"Drift returned on `{report.cluster}` ({format_time(report.checked_at)}): {len(report.items)} item(s). Reopening."
+    return f"Drift returned on {md.code(report.cluster)} ({format_time(report.checked_at)}): {len(report.items)} item(s). Reopening."
 
 
 def duplicate_comment(number: int) -> str:
     return f"Closing as a duplicate of #{number}: Fluxwarden keeps one drift issue per cluster."
-
-
-def _md(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 # --------------------------------------------------------------------------------------------- applying it
@@ -268,7 +265,7 @@ class IssueOutcome:
 
 def reconcile_issue(github: DriftGitHub, repo: str, report: DriftReport) -> IssueOutcome:
     """Make the cluster's drift issue match `report` (blocking: run it in a thread)."""
-    marker = MARKER.format(cluster=report.cluster)
+    marker = report.marker
     plan = plan_issue(report, github.find_issues(repo, marker, LABEL))
     number = plan.number
     if number is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from bot import markdown as md
 from bot.commands import REGISTRY, permits
 from bot.errors import InfraError
 from bot.runs import Submitted
@@ -43,7 +44,7 @@ async def on_fix_tier_order(event: CommentEvent, bot: BotContext) -> tuple[str |
     marker = REPLY_MARKER.format(comment_id=event.comment_id)
 
     async def reply(outcome: TierOrderOutcome | None, error: str | None) -> None:
-        text = outcome.message if outcome is not None else f"could not fix the tier order: {error}"
+        text = outcome.message if outcome is not None else f"could not fix the tier order: {md.rich(error or '')}"
         body = f"<!-- {marker} -->\n@{event.author}\n\n{text}\n"
         try:
             await asyncio.to_thread(bot.github.upsert_comments, event.repo.full_name, event.number, marker, [body])

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from bot import markdown as md
 from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
+from bot.kustomize import STOPPED_MESSAGES
 from bot.metrics import Metrics
-from bot.model import Severity
+from bot.model import Finding, Severity
 from bot.review import ALWAYS_NEW, ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
@@ -31,7 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_CONTEXT = "fluxwarden/{cluster}"
+OPERATIONS = ("comment", "status", "check_run")  # what reconciling a state writes on GitHub
+FINAL_RETRY_MAX = 120.0  # seconds between attempts to write a refused final state, at most
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
 
 
 class PrecheckGitHub(Protocol):
@@ -115,14 +121,22 @@ def blob_base(plan: PrecheckPlan) -> str:
 
 
 def _marker(cluster: str) -> str:
-    return COMMENT_MARKER.format(cluster=cluster)
+    return COMMENT_MARKER.format(cluster=md.comment(cluster))
+
+
+def _trigger(trigger: str) -> str:
+    """What started the run (`/precheck by @alice`): the commenter, a GitHub login, is the only mention."""
+    words, by, login = trigger.rpartition(" by @")
+    if by and _LOGIN.fullmatch(login):
+        return f"{md.text(words)} by @{login}"
+    return md.text(trigger)
 
 
 def running_state(plan: PrecheckPlan, cluster: str) -> DesiredState:
     """Shown while the run is under way."""
     body = (
-        f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of `{cluster}` is running\n\n"
-        f"Rendering `{plan.base_ref}` and `{plan.head_sha[:12]}` ({plan.trigger}). This comment is updated when it is done.\n"
+        f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of {md.code(cluster)} is running\n\n"
+        f"Rendering {md.code(plan.base_ref)} and `{plan.head_sha[:12]}` ({_trigger(plan.trigger)}). This comment is updated when it is done.\n"
     )
     return DesiredState((body,), Status("pending", f"precheck of {cluster} running"), None)
 
@@ -132,31 +146,36 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
     verdict = review_verdict(review)
     stopped = resource_failure(review)
-    new_errors = review.new_errors
-    if stopped is not None:  # what a stopped build left unrendered is not a verdict either (bot.review.ALWAYS_NEW)
-        new_errors -= sum(1 for f in review.findings if f.new and f.finding.check in ALWAYS_NEW and f.finding.severity == Severity.ERROR)
+    # A build stopped by a limit (timed out, killed, output cap) says nothing about the PR, new or not
+    # (killed on both sides even pairs up as "pre-existing"): it is `error`, never `failure` nor `success`;
+    # so is what it left unrendered (bot.review.ALWAYS_NEW).
+    new_errors = sum(
+        1 for f in review.findings
+        if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)
+    )
     if new_errors:
         status = Status("failure", f"{new_errors} new error(s) in {review.cluster}")
     elif stopped is not None:
-        # Killed or timed out on both sides pairs up as "pre-existing": never let that read as success.
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
         head, _, rest = parts[0].partition("\n")
-        parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {stopped}. Re-run with `/precheck {review.cluster}`.\n\n{rest}", *parts[1:])
+        rerun = md.code(f"/precheck {review.cluster}")
+        parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {md.rich(stopped)}. Re-run with {rerun}.\n\n{rest}", *parts[1:])
     else:
         status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
     conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
 
 
-# bot.kustomize.run_build's messages when a build was stopped by a limit, not failed by its input.
-RESOURCE_FAILURES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded")
+def _stopped(finding: Finding) -> bool:
+    """A `render-failed` whose build was stopped by a limit (bot.kustomize raised BuildStopped), not failed by its input."""
+    return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
 
 
 def resource_failure(review: ClusterReview) -> str | None:
     """`tier: message` of a head-side build stopped by a limit (killed, timed out), new or pre-existing."""
     for reviewed in review.findings:
         f = reviewed.finding
-        if f.check == "render-failed" and f.message.startswith(RESOURCE_FAILURES):
+        if _stopped(f):
             return f"{f.kustomization}: {f.message}" if f.kustomization else f.message
     return None
 
@@ -164,7 +183,7 @@ def resource_failure(review: ClusterReview) -> str | None:
 def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredState:
     """A run that could not produce a review: `error` for our trouble, `failure` for the repo's."""
     title = "could not run" if infrastructure else "cannot check this PR"
-    body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of `{cluster}` {title}\n\n{message}\n"
+    body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of {md.code(cluster)} {title}\n\n{md.rich(message, 4000)}\n"
     state = "error" if infrastructure else "failure"
     return DesiredState((body,), Status(state, message[:140]), "failure")
 
@@ -183,7 +202,10 @@ class PrecheckRunner:
     target_url: str | None = None
     service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
     claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (handlers/claims.py)
+    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
     _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
+    _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
+    _reviewing: list = field(default_factory=list, repr=False)  # one entry per review thread still running (cancelled runs too)
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster.
@@ -197,6 +219,9 @@ class PrecheckRunner:
             key = (plan.repo, plan.number, cluster)
             outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
             if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
+                retrying = self._finalising.pop(key, None)
+                if retrying is not None:
+                    retrying.cancel()  # the new run writes its own final state
                 for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.head_sha]:
                     self._claimed.pop(stale)  # its run was cancelled; the task itself still finishes
                 self._claimed[(key, plan.head_sha)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
@@ -248,9 +273,42 @@ class PrecheckRunner:
             return  # a newer push owns the comment now
         if self.claims is not None and await self.claims.superseded(plan.repo, plan.number, plan.head_sha):
             return  # a newer push, run by another replica, owns the comment now
-        await self._reconcile(plan, cluster, desired)
+        failed = await self._reconcile(plan, cluster, desired)
+        if failed:
+            self._finalise_later(key, plan, cluster, desired, failed)
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
+
+    def busy(self, key: tuple[str, int, str], sha: str) -> bool:
+        """Whether this process still works on `key` at `sha`: queued, running, or writing its final state."""
+        return self.queue.running(key, sha) or (key in self._finalising and self.queue.is_current(key, sha))
+
+    def _finalise_later(self, key: tuple[str, int, str], plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(self._finalise(plan, cluster, desired, failed), name=f"finalise {plan.repo}#{plan.number} {cluster}")
+        self._finalising[key] = task
+        task.add_done_callback(lambda t: self._finalising.pop(key, None) if self._finalising.get(key) is t else None)
+
+    async def _finalise(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        """Write what GitHub refused (the status, the comment, the check run) again, with backoff, until it is taken.
+
+        A GitHub outage at the final write must not leave the PR pending until some process restarts: this
+        replica has the result, so it keeps it until GitHub does. A newer run of the PR and cluster cancels
+        this (it writes its own); so does shutdown (the status stays pending: the next start re-runs it).
+        """
+        delay = self.final_retry
+        while failed:
+            log.info("GitHub refused the final %s of %s#%s %s; writing it again in %gs", "/".join(failed), plan.repo, plan.number, cluster, delay)
+            await asyncio.sleep(delay)
+            failed = await self._reconcile(plan, cluster, desired, skip=tuple(op for op in OPERATIONS if op not in failed))
+            delay = min(delay * 2, FINAL_RETRY_MAX)
+        log.info("final state of %s#%s %s written", plan.repo, plan.number, cluster)
+
+    async def close(self) -> None:
+        """Shutting down: stop writing final states again (what is still pending is re-run by the next start)."""
+        tasks = list(self._finalising.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def live_access(self, repo: str, cluster: str) -> "ClusterAccess | None":
         """How to read `cluster` live, when the service config says so."""
@@ -272,8 +330,21 @@ class PrecheckRunner:
             live = await read_live_state(access, cluster)
         return await asyncio.to_thread(self._review, plan, cluster, live, access)
 
+    @property
+    def reviewing(self) -> int:
+        """Review threads still running: a cancelled run's thread goes on until its builds are stopped."""
+        return len(self._reviewing)
+
     def _review(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None" = None, access: "ClusterAccess | None" = None) -> ClusterReview:
         """Fetch base and head into the mirror and review the change (blocking; runs in a thread)."""
+        marker = object()
+        self._reviewing.append(marker)  # list.append/remove are atomic under the GIL
+        try:
+            return self._review_in_thread(plan, cluster, live, access)
+        finally:
+            self._reviewing.remove(marker)
+
+    def _review_in_thread(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None", access: "ClusterAccess | None") -> ClusterReview:
         token = self.github.installation_token()
         fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head", token)
         if fetched.head_sha != plan.head_sha:
@@ -292,8 +363,9 @@ class PrecheckRunner:
             config_from_base=True,  # a PR never decides what its clusters are
         )
 
-    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> None:
-        """Make GitHub show `desired` (comment edited in place, status, check run); GitHub errors are logged and counted."""
+    async def _reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Make GitHub show `desired` (comment edited in place, status, check run); the operations GitHub refused
+        (logged and counted) are returned."""
         context = STATUS_CONTEXT.format(cluster=cluster)
         steps = [
             ("comment", lambda: self.github.upsert_comments(plan.repo, plan.number, _marker(cluster), list(desired.comment))),
@@ -308,11 +380,14 @@ class PrecheckRunner:
                 summary=desired.comment[0][:65535],
                 annotations=list(desired.annotations),
             )))
+        failed = []
         for operation, call in steps:
             if operation in skip:
                 continue
             try:
                 await asyncio.to_thread(call)
             except InfraError as exc:
+                failed.append(operation)
                 self.metrics.github_errors.labels(operation).inc()
                 log.warning("GitHub %s for %s#%s %s failed: %s", operation, plan.repo, plan.number, cluster, exc)
+        return tuple(failed)

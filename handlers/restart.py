@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from bot.errors import InfraError
 from handlers.context import BotContext
@@ -19,8 +20,12 @@ from handlers.precheck import STATUS_CONTEXT, PrecheckPlan
 log = logging.getLogger(__name__)
 
 
-async def resume_pending(bot: BotContext, trigger: str = "restart: status was left pending") -> list[PrecheckPlan]:
-    """Schedule a run for every open PR and cluster whose latest `fluxwarden/<cluster>` status is pending (and abandoned)."""
+async def resume_pending(bot: BotContext, trigger: str = "restart: status was left pending", *, stale_after: float | None = None) -> list[PrecheckPlan]:
+    """Schedule a run for every open PR and cluster whose latest `fluxwarden/<cluster>` status is pending (and abandoned).
+
+    `stale_after` (a single replica's sweep, no claims): only statuses pending for longer than that, of runs
+    this process is not working on, are re-run; at start-up (None) every pending one is.
+    """
     claims = getattr(bot.runner, "claims", None)
     plans = []
     for policy in bot.config.repos:
@@ -39,7 +44,9 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
                     pending = [contexts[c] for c in await claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
                 except InfraError as exc:
                     log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
-            for cluster in policy.cluster_names if claims is None else ():
+            if claims is None and stale_after is not None:
+                pending = await _stale_pending(bot, policy, pull, stale_after)
+            for cluster in policy.cluster_names if claims is None and stale_after is None else ():
                 try:
                     state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
                 except InfraError as exc:
@@ -61,6 +68,39 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
                 bot.runner.schedule(plan)
                 plans.append(plan)
     return plans
+
+
+async def _stale_pending(bot: BotContext, policy, pull, stale_after: float) -> list[str]:  # noqa: ANN001
+    """The clusters of `pull` whose status has been pending longer than `stale_after` with no run of ours behind it."""
+    try:
+        statuses = await asyncio.to_thread(bot.github.statuses, policy.name, pull.head_sha)  # newest first
+    except InfraError as exc:
+        log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
+        return []
+    now = time.time()
+    stale = []
+    for cluster in policy.cluster_names:
+        latest = next((s for s in statuses if s.context == STATUS_CONTEXT.format(cluster=cluster)), None)
+        if latest is None or latest.state != "pending" or now - latest.created_at < stale_after:
+            continue
+        if not bot.runner.busy((policy.name, pull.number, cluster), pull.head_sha):
+            stale.append(cluster)
+    return stale
+
+
+async def sweep_own(bot: BotContext, interval: float, stale_after: float) -> None:
+    """A single replica's job (no leader election): every `interval` seconds, re-run prechecks whose status
+    has been pending longer than `stale_after` although this process runs nothing for them (a run lost
+    between its claim and its result). With several replicas the leader's `sweep_pending` does this."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            plans = await resume_pending(bot, trigger="sweep: status was left pending", stale_after=stale_after)
+        except Exception:  # the sweep must outlive one bad round
+            log.exception("sweep of pending prechecks failed")
+            continue
+        if plans:
+            log.info("re-running %d precheck(s) left pending", len(plans))
 
 
 async def sweep_pending(bot: BotContext, interval: float) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bot import markdown as md
 from bot.errors import FluxwardenError, InfraError, InputError, UserError
 from bot.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes, read_tree_state
 from handlers.context import BotContext
@@ -97,7 +98,7 @@ class _Run:
         state = self.state(head)
         if isinstance(state, FluxwardenError):
             raise state
-        where = f"`{t.default_branch}` ({head[:12]})"
+        where = f"{md.code(t.default_branch)} ({head[:12]})"
         if state.file is None:
             message = f"`.fluxwarden.yaml` on {where} names no tier order (`tier_order: {{file, variable}}`); nothing to fix."
             return self.settled("not-configured", message, head, pulls, bot_head)
@@ -106,7 +107,7 @@ class _Run:
         except TierOrderConflict as conflict:
             return self.impossible(conflict, head, pull)
         if not fix.needed:
-            message = f"`{fix.variable}` in `{fix.file}` is already in dependency order for {_names(fix.clusters)} on {where}; nothing to do."
+            message = f"{md.code(fix.variable)} in {md.code(fix.file)} is already in dependency order for {_names(fix.clusters)} on {where}; nothing to do."
             return self.settled("correct", message, head, pulls, bot_head)
         return self.propose(fix, head, bot_head, pulls)
 
@@ -129,15 +130,15 @@ class _Run:
         if pull is None:
             created = self.github.create_pull(t.repo, head=BRANCH, base=t.default_branch, title=title, body=body)
             log.info("%s: opened #%s (%s) for %s", t.repo, created.number, fix.headline(), t.trigger)
-            return TierOrderOutcome("opened", f"Opened #{created.number}: {fix.headline()}.", head, created.number, sha)
+            return TierOrderOutcome("opened", f"Opened #{created.number}: {md.text(fix.headline())}.", head, created.number, sha)
         edited = _normal(pull.title) != _normal(title) or _normal(pull.body) != _normal(body)
         if edited:
             self.github.update_pull(t.repo, pull.number, title=title, body=body)
         self.github.upsert_comments(t.repo, pull.number, CONFLICT_MARKER, [])  # an old conflict note no longer holds
         if pushed or edited:
             log.info("%s: updated #%s (%s) for %s", t.repo, pull.number, fix.headline(), t.trigger)
-            return TierOrderOutcome("updated", f"Updated #{pull.number}: {fix.headline()}.", head, pull.number, sha)
-        return TierOrderOutcome("unchanged", f"#{pull.number} already has this fix: {fix.headline()}.", head, pull.number, sha)
+            return TierOrderOutcome("updated", f"Updated #{pull.number}: {md.text(fix.headline())}.", head, pull.number, sha)
+        return TierOrderOutcome("unchanged", f"#{pull.number} already has this fix: {md.text(fix.headline())}.", head, pull.number, sha)
 
     def settled(self, action: str, message: str, head: str, pulls: list[Any], bot_head: str | None) -> TierOrderOutcome:
         """Nothing to fix: close the bot's PR (with why) and delete its branch."""
@@ -145,7 +146,7 @@ class _Run:
         for pull in pulls:
             why = (
                 f"Closing: the tier order no longer needs this PR. {message}\n\n"
-                f"(Checked {t.default_branch} at {head} after {t.trigger}.)"
+                f"(Checked {md.code(t.default_branch)} at {head} after {md.text(t.trigger)}.)"
             )
             self.github.close_pull(t.repo, pull.number, why)
             log.info("%s: closed #%s, %s", t.repo, pull.number, action)
@@ -161,7 +162,7 @@ class _Run:
         t = self.target
         explanation = conflict.markdown()
         if pull is not None:
-            body = f"<!-- {CONFLICT_MARKER} -->\n### ⚠️ This PR cannot be updated\n\n{explanation}\n\n(Seen on {t.default_branch} at {head[:12]}.)\n"
+            body = f"<!-- {CONFLICT_MARKER} -->\n### ⚠️ This PR cannot be updated\n\n{explanation}\n\n(Seen on {md.code(t.default_branch)} at {head[:12]}.)\n"
             self.github.upsert_comments(t.repo, pull.number, CONFLICT_MARKER, [body])
         elif t.pushed is not None:
             self.github.set_status(t.repo, t.pushed, STATUS_CONTEXT, "failure", str(conflict))
@@ -203,7 +204,7 @@ class _Run:
             old = before.graphs if isinstance(before, TreeState) else {}
             changes = graph_changes(old, after.graphs)
             if isinstance(before, TreeState) and before.text != after.text and after.file:
-                changes.append(f"`{after.file}` itself was edited")
+                changes.append(f"{md.code(after.file)} itself was edited")
         return StaleCommit(sha, commit_summary(self.mirror, sha), self.commit_url(sha), tuple(changes)), None
 
     def commit_url(self, sha: str) -> str:
@@ -243,7 +244,7 @@ def _normal(text: str | None) -> str:
 
 
 def _names(clusters: tuple[str, ...]) -> str:
-    return ", ".join(f"`{c}`" for c in clusters)
+    return ", ".join(md.code(c) for c in clusters)
 
 
 async def run_tier_order(bot: BotContext, target: TierOrderTarget, done: Callable[[TierOrderOutcome | None, str | None], Any] | None = None) -> None:

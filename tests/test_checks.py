@@ -969,3 +969,40 @@ def test_text_output_lists_parents_before_their_children(tmp_path):
     text = format_text(run(tmp_path, files))
     listed = [line.split()[0] for line in text.split("in apply order:\n", 1)[1].splitlines()]
     assert listed == ["flux-system/flux-system", "flux-system/apps", "flux-system/zz", "aaa/web"]
+
+
+# --------------------------------------------------------------------------------------------
+# invalid-name
+
+HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@octocat `a|b`"
+
+
+@pytest.mark.parametrize(
+    "objects,expected",
+    [
+        pytest.param([cm("fine.name-1"), obj("v1", "Service", "web", "default"), obj("v1", "Namespace", "apps")], [], id="valid"),
+        pytest.param([obj("rbac.authorization.k8s.io/v1", "ClusterRole", "system:aggregate-to-view")], [], id="rbac-path-segment"),
+        pytest.param([cm("app-${CLUSTER:=dev}")], [], id="variable-left-to-substitution"),
+        pytest.param([cm(HOSTILE)], [("ConfigMap", "name")], id="hostile"),
+        pytest.param([cm("MyConfig")], [("ConfigMap", "name")], id="upper-case"),
+        pytest.param([cm("a" * 254)], [("ConfigMap", "name")], id="too-long"),
+        pytest.param([obj("v1", "Service", "1web", "default")], [("Service", "name")], id="service-dns-1035"),
+        pytest.param([obj("v1", "Namespace", "a.b")], [("Namespace", "name")], id="namespace-label"),
+        pytest.param([cm("ok", namespace="Bad_NS")], [("ConfigMap", "namespace")], id="bad-namespace"),
+        pytest.param([obj("rbac.authorization.k8s.io/v1", "Role", "a/b", "default")], [("Role", "name")], id="rbac-slash"),
+    ],
+)
+def test_invalid_name(tmp_path, objects, expected):
+    report = run(tmp_path, repo({"apps": ks("apps", "./apps")}, {"apps": objects}))
+    got = [f for f in report.findings if f.check == "invalid-name"]
+    assert [(f.object.kind, f.message.split(" ", 2)[1]) for f in got] == expected
+    for f in got:
+        assert f.severity == Severity.ERROR and f.kustomization.name == "apps"
+        assert "\n" not in f.message and "the API server refuses the object" in f.message
+
+
+def test_a_kustomization_with_a_hostile_name_is_an_invalid_name(tmp_path):
+    report = run(tmp_path, repo({"apps": ks("apps", "./apps"), "evil": ks(HOSTILE, "./evil")}, {"apps": [cm()], "evil": [cm()]}))
+    [finding] = [f for f in report.findings if f.check == "invalid-name"]
+    assert finding.object.kind == "Kustomization" and finding.object.name == HOSTILE
+    assert "\\n\\n<!-- fluxwarden:precheck:prod -->" in finding.message  # shown escaped, on one line

@@ -588,3 +588,25 @@ def test_a_commit_rendered_before_is_one_cache_entry(example_commit: tuple[Path,
     assert again.report == first.report
     assert [(t, len(r.manifests), r.inputs) for t, r in again.render.tiers.items()] == [(t, len(r.manifests), r.inputs) for t, r in first.render.tiers.items()]
     assert [m.ref for m in again.render.tiers[next(iter(again.render.tiers))].manifests] == [m.ref for m in first.render.tiers[next(iter(first.render.tiers))].manifests]
+
+
+def test_changed_files_with_a_line_break_in_a_file_name(tmp_path: Path) -> None:
+    """A file name with a line break must not hide the other changes (GitPython's diff parser dropped them)."""
+    from tests.gitrepo import init_repo
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "a.yaml").write_text("a: 1\n")
+    repo = init_repo(work)
+    base = repo.head.commit.hexsha
+    odd = "apps/evil\n\n<!-- x -->\n@octocat `x` |.yaml"
+    (work / "apps").mkdir()
+    (work / odd).write_text("x: 1\n")
+    (work / "apps" / "z.yaml").write_text("z: 1\n")
+    (work / "a.yaml").write_text("a: 2\n")
+    (work / "b.yaml").write_text("b: 1\n")
+    repo.git.add("a.yaml", "apps")
+    repo.git.commit("-q", "-m", "head")
+    expected = {"a.yaml", odd, "apps/z.yaml"}
+    assert changed_files(work, base, "HEAD") == expected
+    assert changed_files(work, base, None) == expected | {"b.yaml"}  # the working tree: untracked files too

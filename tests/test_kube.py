@@ -64,7 +64,7 @@ async def test_reads_kustomizations_sources_and_crds(fake: FakeKube, tmp_path: P
         SourceRef("OCIRepository", "charts", "infra"): "v1.2.3@sha256:abc",
     }
     assert [(c.name, c.kind, c.owners[0].kind) for c in state.crds] == [("storageprofiles.cdi.kubevirt.io", "StorageProfile", "CDI")]
-    assert state.where.startswith("current context of ")
+    assert state.where == "the kubeconfig's current context"  # never the kubeconfig path nor the server URL
     assert {method for method, _, _ in fake.requests} == {"GET"}  # read-only, always
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from bot.errors import KustomizeNotFound, RenderError
+from bot.errors import BuildStopped, KustomizeNotFound, RenderError
 from bot import kustomize
 from bot.cache import BuildCache
-from bot.kustomize import KustomizeBinary, locate_kustomize, run_build
+from bot.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "LoadRestrictionsNone", "--load-restrictor", "--network")
 OUTPUT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n"
@@ -174,9 +177,13 @@ RUN_FAILURE_CASES = [
 def test_run_build_failures(tmp_path: Path, body: str, options: dict, message: str) -> None:
     binary = KustomizeBinary(str(fake(tmp_path / "bin", "kustomize", body)), embedded=False)
     start = time.monotonic()
-    with pytest.raises(RenderError, match=message.replace("(", r"\(")):
+    with pytest.raises(RenderError, match=message.replace("(", r"\(")) as raised:
         run_build(binary, tmp_path, sandbox_home=tmp_path / "home", **options)
     assert time.monotonic() - start < 3  # nothing left holding the pipes open
+    # Stopped by a limit (not failed by its input): a distinct error, and a message the precheck recognises.
+    stopped = isinstance(raised.value, BuildStopped)
+    assert stopped == (options != {} or "killed" in message)
+    assert str(raised.value).startswith(STOPPED_MESSAGES) == stopped
 
 
 def test_real_kustomize_builds(tmp_path: Path) -> None:
@@ -217,3 +224,74 @@ def test_version_is_probed_once_per_binary_and_remembered_in_the_cache(monkeypat
     assert fresh_process_version() == "v5.9.0"
     assert calls.read_text().count("probe") == 2
 
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())  # a zombie is dead, awaiting its reaper
+
+
+def test_a_build_dies_with_its_parent_even_when_the_parent_is_sigkilled(tmp_path: Path) -> None:
+    """kill -9 of the process running a build: the build's whole process group goes too (the reaper).
+
+    Before: two kustomize processes outlived a killed bot by over 144 s, past their own timeout (the timer
+    that enforces it died with the bot).
+    """
+    pids = tmp_path / "pids"
+    # A wrapper with a child of its own (not exec): the group, not just the direct child, must die.
+    script = fake(tmp_path / "bin", "kustomize", f"/bin/sleep 60 &\necho $$ $! > {pids}\nwait\n")
+    runner = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys; from pathlib import Path; from bot.kustomize import KustomizeBinary, run_build; "
+            f"run_build(KustomizeBinary({str(script)!r}, False), Path({str(tmp_path)!r}), sandbox_home=Path({str(tmp_path / 'home')!r}), timeout=60)"
+        )],
+        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        wrapper, child = map(int, pids.read_text().split())
+        assert _alive(wrapper) and _alive(child)
+        runner.kill()
+        runner.wait()
+        deadline = time.monotonic() + 5
+        while (_alive(wrapper) or _alive(child)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(wrapper) and not _alive(child), "a build outlived the process that ran it"
+    finally:
+        runner.kill()
+        for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_stop_builds_kills_builds_in_flight_and_refuses_new_ones(tmp_path: Path) -> None:
+    """Shutdown: builds in flight die at once (their groups), new ones fail fast as BuildStopped, until allowed again."""
+    import threading
+
+    from bot.kustomize import allow_builds, stop_builds
+
+    binary = KustomizeBinary(str(fake(tmp_path / "bin", "kustomize", "/bin/sleep 30\n")), embedded=False)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(BuildStopped, run_build, binary, tmp_path, sandbox_home=tmp_path / "h").value))
+    started = time.monotonic()
+    thread.start()
+    try:
+        time.sleep(0.3)
+        assert stop_builds() == 1
+        thread.join(5)
+        assert not thread.is_alive() and time.monotonic() - started < 3
+        assert str(errors[0]).startswith(STOPPED_MESSAGES) and "shutting down" in str(errors[0])
+        with pytest.raises(BuildStopped, match="shutting down"):
+            run_build(binary, tmp_path, sandbox_home=tmp_path / "h")
+    finally:
+        allow_builds()
+    ok = KustomizeBinary(str(fake(tmp_path / "ok", "kustomize", f"/bin/cat <<'EOF'\n{OUTPUT}EOF\n")), embedded=False)
+    assert run_build(ok, tmp_path, sandbox_home=tmp_path / "h") == OUTPUT

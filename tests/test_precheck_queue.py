@@ -75,3 +75,55 @@ def test_links_point_at_the_repository_host() -> None:
     assert blob_base(ghe) == f"https://ghe.example.com/o/r/blob/{'a' * 40}"
     local = PrecheckPlan("o/r", 1, "a" * 40, "main", "/srv/git/r.git", ("prod",), "t")
     assert blob_base(local) == f"https://github.com/o/r/blob/{'a' * 40}"
+
+
+class FlakyGitHub(RecordingGitHub):
+    """Refuses statuses and comments while `down` (as the adapter does once its retries are spent)."""
+
+    down: bool = True
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
+        from bot.errors import InfraError
+
+        if self.down:
+            raise InfraError("GitHub 500")
+        return super().upsert_comments(repo, number, marker, bodies)
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
+        from bot.errors import InfraError
+
+        if self.down:
+            raise InfraError("GitHub 500")
+        super().set_status(repo, sha, context, state, description, target_url)
+
+
+async def test_a_refused_final_state_is_written_again_and_the_run_counts_as_busy_meanwhile(tmp_path: Path) -> None:
+    github, git = FlakyGitHub(), BlockedGit()
+    git.release.set()  # the run ends at once (an `error` status: the fetch fails)
+    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path, final_retry=0.05)
+    p = plan(1)
+    key = ("o/r", 1, "prod")
+    runner.schedule(p)
+    await runner.queue.drain(timeout=10)
+    assert github.statuses == [] and not runner.queue.running(key, p.head_sha)
+    assert runner.busy(key, p.head_sha), "still writing its final state: a sweep must not re-run it"
+    await asyncio.sleep(0.3)  # a few attempts while GitHub is down
+    github.down = False
+    for _ in range(100):
+        if github.statuses:
+            break
+        await asyncio.sleep(0.05)
+    assert github.statuses == [(p.head_sha, "fluxwarden/prod", "error")]
+    await asyncio.sleep(0.05)
+    assert not runner.busy(key, p.head_sha)
+    # A newer run of the same PR and cluster cancels a pending rewrite (it writes its own state).
+    github.down = True
+    runner.schedule(p)
+    await runner.queue.drain(timeout=10)
+    assert runner.busy(key, p.head_sha)
+    newer = PrecheckPlan("o/r", 1, "f" * 40, "main", "https://example.invalid/o/r.git", ("prod",), "test")
+    runner.schedule(newer)
+    await asyncio.sleep(0)
+    assert not runner.busy(key, p.head_sha)
+    await runner.queue.close()
+    await runner.close()

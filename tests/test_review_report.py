@@ -372,7 +372,7 @@ def test_markdown_first_screen() -> None:
 
 def test_markdown_escapes_cells() -> None:
     text = format_review_markdown([prod_review()])[0]
-    assert "Deployment uses &lt;kind> a\\|b not installed by any tier |" in text
+    assert "Deployment uses &lt;kind&gt; a\\|b not installed by any tier |" in text
     assert "a|b" not in text
 
 

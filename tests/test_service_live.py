@@ -78,6 +78,14 @@ async def test_live_preconditions_decide_the_status(tmp_path: Path, start, ready
         assert "DependencyNotReady" in body
     assert {m for m, _, _ in cluster.requests} == {"GET"}
     assert any(p.endswith("/storageprofiles/longhorn-vm") for _, p, _ in cluster.requests)  # read from the worker thread
+    assert_names_cluster_and_context_only(body, kubeconfig, cluster.url)
+
+
+def assert_names_cluster_and_context_only(body: str, kubeconfig: Path, server: str) -> None:
+    """The comment says which cluster and context it read; the host's kubeconfig path and API server URL never show."""
+    assert "cluster prod (context prod-admin)" in body
+    for leak in (str(kubeconfig), kubeconfig.name, server, server.split("//", 1)[-1], "127.0.0.1"):
+        assert leak not in body, leak
 
 
 @pytest.mark.parametrize("failure", ["unreachable", "expired-credential"])
@@ -85,8 +93,9 @@ async def test_unreadable_cluster_fails_the_status(tmp_path: Path, start, failur
     origin = Origin(tmp_path)
     cluster = seed_cluster(origin.main)
     async with cluster:
+        server = f"http://127.0.0.1:{closed_port()}"
         if failure == "unreachable":
-            kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin", server=f"http://127.0.0.1:{closed_port()}")
+            kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin", server=server)
         else:
             kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin", token="expired")
         async with start(origin, kubeconfig) as h:
@@ -94,6 +103,7 @@ async def test_unreadable_cluster_fails_the_status(tmp_path: Path, start, failur
             states = h.states(origin.head, "fluxwarden/prod")
     assert states == ["pending", "failure"]  # never success, never a crashed run
     assert "precondition-unknown" in body and "Traceback" not in body
+    assert_names_cluster_and_context_only(body, kubeconfig, server if failure == "unreachable" else cluster.url)
     if failure == "unreachable":
         assert "cannot reach the API server" in body
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,33 @@ def test_materialize_returns_only_once_every_file_is_there(tmp_path: Path) -> No
     for thread in threads:
         thread.join()
     assert missing == [0] * 6
+
+
+def test_a_1000_deep_tree_is_walked_without_recursion_and_cut_at_the_depth_bound(tmp_path: Path) -> None:
+    """Both walks (a copy, a commit's listing) are iterative: past MAX_DEPTH a directory is refused, not a RecursionError."""
+    from bot.snapshot import MAX_DEPTH
+
+    src = tmp_path / "src"
+    (src / "apps").mkdir(parents=True)
+    deep, rels = str(src / "apps"), ["apps"]
+    for _ in range(1000):  # os.mkdir, one level at a time: pathlib's mkdir(parents=True) recurses too
+        deep += "/d"
+        rels.append(rels[-1] + "/d")
+        os.mkdir(deep)
+    Path(deep, "x.yaml").write_text("x")
+    Path(src, "apps", "ok.yaml").write_text("x")
+    too_deep = rels[MAX_DEPTH]  # the first directory past the bound (apps is depth 1)
+    try:
+        snap = build_snapshot(src, tmp_path / "out")
+        assert [(r.path, r.reason) for r in snap.refused] == [(too_deep, f"is nested more than {MAX_DEPTH} directories deep; not read")]
+        assert (snap.root / rels[MAX_DEPTH - 1]).is_dir() and not (snap.root / too_deep).exists()
+        assert (snap.root / "apps/ok.yaml").is_file()
+    finally:
+        subprocess.run(["rm", "-rf", str(src), str(tmp_path / "out")], check=True)  # shutil.rmtree recurses too
+
+    entries = [_tree(r) for r in rels] + [_blob(rels[-1] + "/x.yaml", "a" * 40), _blob("apps/ok.yaml", "b" * 40)]
+    listing = list_commit(entries, lambda oid: b"")
+    assert listing is not None
+    assert [(r.path, r.reason) for r in listing.refused] == [(too_deep, f"is nested more than {MAX_DEPTH} directories deep; not read")]
+    assert rels[MAX_DEPTH - 1] in listing.dirs and too_deep not in listing.dirs
+    assert set(listing.files) == {"apps/ok.yaml"}

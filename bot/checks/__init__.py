@@ -126,7 +126,7 @@ def run_checks(ctx: CheckContext) -> list[Finding]:
 
 def load_checks() -> None:
     """Import the check modules so they register themselves."""
-    from bot.checks import crds, graph, ownership, references, substitution  # noqa: F401
+    from bot.checks import crds, graph, names, ownership, references, substitution  # noqa: F401
 
 
 def plural(count: int, word: str) -> str:

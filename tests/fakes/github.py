@@ -291,9 +291,13 @@ class Fault:
     reset_in: float = 1.0
     retry_after: float = 1.0
     hits: int = 0
+    for_seconds: float | None = None  # active this long from its first hit (an outage), `times` aside
+    started: float | None = None
 
     def matches(self, method: str, path: str) -> bool:
-        return self.hits < self.times and self.method in ("*", method) and bool(self.path.search(path))
+        if self.for_seconds is not None and self.started is not None and time.monotonic() >= self.started + self.for_seconds:
+            return False
+        return (self.for_seconds is not None or self.hits < self.times) and self.method in ("*", method) and bool(self.path.search(path))
 
 
 @dataclass
@@ -593,12 +597,14 @@ class FakeGitHub:
         delay: float | None = None,
         reset_in: float = 1.0,
         retry_after: float = 1.0,
+        for_seconds: float | None = None,
     ) -> Fault:
         """Queue a fault for requests matching `method` ("*" for any) and the regex `path` (searched).
 
         `status=502` answers that status; `rate_limit="primary"` a 403 (or `status=429`) with the caller's quota
         exhausted until now+`reset_in`; `rate_limit="secondary"` a 403 (or 429) with `Retry-After: retry_after`;
         `delay=s` waits s seconds and then serves the request normally (or answers `status` if given too).
+        `for_seconds=s`: every matching request for s seconds from the first one gets the fault (an outage).
         """
         if rate_limit not in (None, "primary", "secondary"):
             raise ValueError(rate_limit)
@@ -614,7 +620,7 @@ class FakeGitHub:
             raise ValueError("a fault needs status=, rate_limit= or delay=")
         fault = Fault(
             method=method.upper(), path=re.compile(path), kind=kind, times=times, status=status,
-            delay=delay or 0.0, reset_in=reset_in, retry_after=retry_after,
+            delay=delay or 0.0, reset_in=reset_in, retry_after=retry_after, for_seconds=for_seconds,
         )
         with self.lock:
             self.faults.append(fault)
@@ -845,6 +851,8 @@ class FakeGitHub:
             for fault in self.faults:
                 if fault.matches(method, path):
                     fault.hits += 1
+                    if fault.started is None:
+                        fault.started = time.monotonic()
                     return fault
         return None
 

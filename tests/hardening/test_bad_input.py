@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import zlib
 from typing import Any
 
 import pytest
@@ -171,3 +172,72 @@ async def test_other_methods_events_and_paths(start) -> None:
         ping = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
         assert (await h.post(ping, headers(ping, "ping"))).status == 200
         await assert_nothing_happened(h)
+
+
+def gzip_bomb(inflated: int = 1 << 30) -> bytes:
+    """A gzip body of `inflated` zero bytes (1 GiB inflates from ~1 MiB), compressed without holding it in memory."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: the gzip container
+    block = bytes(1 << 20)
+    return b"".join(packer.compress(block) for _ in range(inflated // len(block))) + packer.flush()
+
+
+async def test_compressed_bodies_are_415_without_reading_them(start) -> None:
+    """GitHub sends webhook bodies uncompressed: any Content-Encoding but identity is refused from the headers.
+
+    Before: aiohttp inflated a gzip body on the event loop as it arrived, before the signature was checked —
+    12 unsigned 1 MB bombs (1 GiB each inflated) stalled /healthz for seconds and took hundreds of MB.
+    """
+    async with start(max_body_bytes=4 * 1024 * 1024) as h:
+        port = h.client.server.port
+        bomb = gzip_bomb()
+        assert len(bomb) < 2 * 1024 * 1024
+        head = (
+            f"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nX-GitHub-Event: pull_request\r\nX-GitHub-Delivery: gz\r\n"
+            f"Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: {len(bomb)}\r\n\r\n"
+        ).encode()
+        status, response, sent = await raw_request(port, head, [bomb[i : i + 65536] for i in range(0, len(bomb), 65536)], pause=2.0)
+        assert status == 415 and b"Content-Encoding" in response
+        assert sent == 0, "the body must not be read"
+        # Sent in full at once, signed or not, every coding: refused, and the event loop never inflates a byte.
+        started = time.monotonic()
+        codings = ["gzip", "deflate", "br", "x-gzip", "gzip, identity", "GZIP"] * 2
+        results = await asyncio.gather(*(
+            h.post(bomb, {**headers(bomb, signature="sign" if i % 2 else None), "Content-Encoding": coding})
+            for i, coding in enumerate(codings)
+        ))
+        health = time.monotonic()
+        assert (await h.client.get("/healthz")).status == 200
+        health = time.monotonic() - health
+        elapsed = time.monotonic() - started
+        assert [r.status for r in results] == [415] * len(codings)
+        assert health < 0.5 and elapsed < 5, (health, elapsed)
+        record_figure("gzip_bombs_12_answered_s", elapsed, "s")
+        assert await h.metric("fluxwarden_webhook_deliveries_total", event="pull_request", outcome="encoded") == len(codings) + 1
+        # identity is no encoding at all: accepted like a plain body.
+        body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+        assert (await h.post(body, {**headers(body, "ping"), "Content-Encoding": "identity"})).status == 200
+        await assert_nothing_happened(h)
+
+
+@pytest.mark.parametrize("names", [
+    pytest.param([f"!{i}" for i in range(10_000)], id="10000-invalid-names"),
+    pytest.param([f"c{i}" for i in range(10_000)], id="10000-unknown-clusters"),
+])
+async def test_precheck_naming_10000_bad_clusters_still_gets_a_reply(start, origin, fake, names: list[str]) -> None:
+    """`/precheck` with 10,000 names that are no cluster: a short reply (the first names, then a count).
+
+    Before: the reply listed every name (over GitHub's 65,536 characters), the adapter refused to post it, and
+    the commenter heard nothing.
+    """
+    open_pull(fake, origin, 1, origin.main)
+    text = "/precheck " + " ".join(names)
+    assert len(text) <= 65536  # a comment GitHub accepts
+    async with start(max_body_bytes=LIMIT) as h:
+        made = fake.add_comment(REPO, 1, text, user="bob")
+        assert (await h.deliver("issue_comment", comment_payload(1, made.id, text))).status == 202
+        await h.settle()
+        (reply,) = [c for c in fake.issue_comments(REPO, 1) if c.user == BOT]
+        assert len(reply.body) <= 65536
+        assert "and 9,990 more" in reply.body
+        assert h.states(origin.main) == []  # nothing ran
+        assert await h.healthy()

@@ -6,6 +6,8 @@ comment per cluster marker.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 from tests.fluxrepo import dump, obj
 from tests.hardening.harness import (
+    BOT,
     BOT_TOKEN,
     REPO,
     Origin,
@@ -21,6 +24,7 @@ from tests.hardening.harness import (
     kustomize_wrapper,
     open_pull,
     pr_payload,
+    record_figure,
     wait_for,
 )
 
@@ -94,23 +98,52 @@ async def test_github_timeouts_leave_no_duplicate_comment(start, origin: Origin,
         assert len(fake.find_effects("DELETE", r"/issues/comments/")) == 1, "the duplicate was deleted"
 
 
-async def test_github_outage_past_the_retries_is_recovered_on_restart(start, origin: Origin, fake, pr: str, tmp_path: Path, monkeypatch) -> None:
-    """GitHub down longer than the retry budget: the status stays pending; the next process to start re-runs it."""
+OUTAGE_SECONDS = float(os.environ.get("FLUXWARDEN_OUTAGE_SECONDS", "3"))  # the issue's attack: 40
+
+
+async def test_github_outage_at_the_final_write_leaves_nothing_pending(start, origin: Origin, fake, pr: str, tmp_path: Path, monkeypatch) -> None:
+    """GitHub answers 500 to everything for OUTAGE_SECONDS from the run's final write on, far past the adapter's retries.
+
+    Before: the final status stayed `pending` (for 9 minutes and more in the attack) until some process
+    restarted. Now the replica that has the result writes it again, with backoff, until GitHub takes it.
+    """
     started = tmp_path / "kustomize-started"
     wrapper = kustomize_wrapper(tmp_path, "mark", f'/bin/touch {started}\nreal "$@"\n')
     monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(wrapper))
-    async with start() as h:
+    async with start(final_retry_seconds=0.5) as h:
         await h.deliver("pull_request", pr_payload(1, pr, origin.main))
         assert await wait_for(started.exists, timeout=30)
-        fake.inject("POST", r"/statuses/", status=503, times=1000)  # the outage starts mid-run
+        outage = fake.inject("*", r"^/(api/v3/)?repos/", status=500, for_seconds=OUTAGE_SECONDS)  # from the final write on
         await h.settle()
-        assert h.states(pr) == ["pending"], "the final status could not be set"
-        assert await h.metric("fluxwarden_github_api_errors_total", operation="status") == 1
-    fake.faults.clear()  # GitHub is back; a replica (or this one after a restart) starts
-    async with start() as h:
-        await h.settle()
+        assert h.states(pr) == ["pending"], "the final status could not be set during the outage"
+        assert await h.metric("fluxwarden_github_api_errors_total", operation="status") >= 1
+        assert await wait_for(lambda: h.states(pr)[-1:] == ["success"], timeout=OUTAGE_SECONDS * 2 + 30)
+        back = outage.started + OUTAGE_SECONDS
+        written = time.monotonic()
+        assert h.states(pr) == ["pending", "success"]
+        # The comment too (written again on its own schedule when the status got through first).
+        assert await wait_for(lambda: "is running" not in one_comment(h), timeout=OUTAGE_SECONDS * 2 + 30)
+        assert outage.hits > 0 and written >= back
+        record_figure("github_outage_seconds", OUTAGE_SECONDS, "s")
+        record_figure("final_status_after_github_back_seconds", written - back, "s")
+        record_figure("pending_statuses_left_after_outage", sum(s == "pending" for s in h.states(pr)[-1:]), "")
+        assert await h.healthy()
+
+
+async def test_a_single_replica_sweeps_its_own_stale_pending_status(start, origin: Origin, fake, pr: str) -> None:
+    """No leader election, no restart: a status left pending (older than run_timeout + grace) with no run behind it is re-run."""
+    async with start(sweep_seconds=0.3) as h:
+        assert h.states(pr) == []  # the start-up scan found nothing
+        fake.add_status(REPO, pr, state="pending", context="fluxwarden/prod", description="precheck of prod running", creator=BOT, created_at=time.time() - 3600)
+        assert await wait_for(lambda: h.states(pr)[-1:] == ["success"], timeout=60)
         assert h.states(pr) == ["pending", "pending", "success"]
         one_comment(h)
+        # A fresh pending status (a run another process may still be doing) is left alone.
+        fresh = change(origin, 2, "fresh")
+        open_pull(fake, origin, 2, fresh)
+        fake.add_status(REPO, fresh, state="pending", context="fluxwarden/prod", description="precheck of prod running", creator=BOT)
+        await asyncio.sleep(1.5)
+        assert h.states(fresh) == ["pending"]
 
 
 async def test_git_fetch_failure_is_an_error_then_recovers(start, origin: Origin, fake, pr: str) -> None:
@@ -153,3 +186,27 @@ async def test_kustomize_stopped_is_an_error_never_success(start, origin: Origin
         await h.settle()
         assert h.states(pr) == ["pending", "error", "pending", "success"]
         assert "Not a verdict" not in one_comment(h)
+
+
+async def test_a_build_timeout_on_the_head_only_is_an_error_not_a_failure(start, origin: Origin, fake, tmp_path: Path, monkeypatch) -> None:
+    """The base builds; the PR's tier times out. A timeout says nothing about the PR: `error` "Not a verdict".
+
+    Before: the head's timeout was a *new* `render-failed` error, so the PR got `failure` "1 new error(s)",
+    while docs/reliability.md promised `error` for a build stopped by a limit.
+    """
+    head = origin.pull(1, {
+        "apps/slow.yaml": dump(obj("v1", "ConfigMap", "slow", "default", data={"marker": "SLOW-BUILD"})),
+        "apps/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [app.yaml, slow.yaml]\n",
+    })
+    open_pull(fake, origin, 1, head)
+    # The overlay in DIR ($2) points at ../../repo/<tier path>: sleep past the timeout when that tier has the marker.
+    wrapper = kustomize_wrapper(tmp_path, "slow-head", 'if /bin/grep -rqs SLOW-BUILD "$2/../../repo/apps"; then exec /bin/sleep 20; fi\nreal "$@"\n')
+    monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(wrapper))
+    async with start(kustomize_timeout=1.0) as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle()
+        assert h.states(head) == ["pending", "error"]
+        (status,) = [s for s in fake.statuses_for(REPO, head) if s.state == "error"]
+        assert "could not render" in status.description and "timed out after 1s" in status.description
+        body = one_comment(h)
+        assert "Not a verdict" in body and "timed out after 1s" in body

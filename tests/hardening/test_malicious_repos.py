@@ -8,11 +8,13 @@ to GitHub, nor in its logs, and the service must stay healthy.
 from __future__ import annotations
 
 import logging
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fluxrepo import dump, obj
 from tests.hardening.harness import Origin, fake_traffic, open_pull, pr_payload
@@ -121,3 +123,63 @@ async def test_malicious_prs_fail_clearly_and_leak_nothing(start, origin: Origin
         await h.deliver("pull_request", pr_payload(99, clean, origin.main))
         await h.settle()
         assert h.states(clean) == ["pending", "success"]
+
+
+async def test_a_1000_deep_tree_is_a_finding_not_an_internal_error(start, origin: Origin, fake) -> None:
+    """A PR adding a 1,000-deep directory under a tier Flux generates a kustomization for (every directory walked).
+
+    Before: the snapshot's recursive walk hit Python's recursion limit, and the PR got `error` "internal error
+    (RecursionError)". Now the walk is iterative and a directory past the depth bound is an `unsafe-path` finding.
+    """
+    deep = "apps/" + "d/" * 1000 + "deep.yaml"
+    try:
+        head = origin.pull(1, {deep: dump(obj("v1", "ConfigMap", "deep", "default"))}, remove=("apps/kustomization.yaml",))
+    finally:  # pytest's (recursive) clean-up of tmp_path could not remove a tree left behind
+        subprocess.run(["rm", "-rf", str(origin.work / "apps" / "d")], check=True)
+    open_pull(fake, origin, 1, head)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle(timeout=120)
+        assert h.states(head) == ["pending", "failure"]
+        (comment,) = h.comments(1)
+        assert "`unsafe-path`" in comment.body and "nested more than 100 directories deep" in comment.body
+        assert "internal error" not in comment.body
+        assert await h.healthy()
+
+
+HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@octocat ``a|b`` | `c`"
+
+
+async def test_hostile_names_cannot_rewrite_the_comment(start, origin: Origin, fake) -> None:
+    """Names and a file name carrying blank lines, a fake marker and ✅ heading, `</details>`, a mention, backticks, pipes.
+
+    Before: the name broke out of its code span; the comment showed a fake ✅ heading, closed the bot's
+    `<details>` early and pinged @octocat. Now each name is an `invalid-name` finding, and every place that
+    shows one escapes it for its context.
+    """
+    from tests.fluxrepo import ks
+    from tests.test_markdown import assert_contained
+
+    evil_file = "apps/evil\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake @octocat `x` |.yaml"
+    head = origin.pull(1, {
+        "apps/kustomization.yaml": yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["app.yaml", evil_file.removeprefix("apps/")]}),
+        evil_file: dump(obj("v1", "ConfigMap", HOSTILE, "default", data={"k": HOSTILE})),
+        "clusters/prod/evil.yaml": dump(ks(HOSTILE, "./evil")),
+        "clusters/prod/kustomization.yaml": kustomization("apps.yaml", "evil.yaml"),
+        "evil/kustomization.yaml": kustomization("cm.yaml"),
+        "evil/cm.yaml": dump(obj("v1", "ConfigMap", "fine", "default")),
+    })
+    open_pull(fake, origin, 1, head)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle(timeout=120)
+        assert h.states(head) == ["pending", "failure"]
+        (comment,) = h.comments(1)
+        assert comment.body.startswith("<!-- fluxwarden:precheck:prod -->\n")
+        assert comment.body.count("`invalid-name`") >= 2  # the ConfigMap and the Kustomization
+        assert_contained(comment.body, markers=1)
+        # Every version of the comment the bot wrote (the "running" one too) kept its structure.
+        for request in fake.find_requests(path=r"/issues/(1/)?comments"):
+            if request.method in ("POST", "PATCH"):
+                assert_contained(request.json["body"], markers=1)
+        assert await h.healthy()

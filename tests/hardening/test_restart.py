@@ -165,3 +165,164 @@ async def test_replica_killed_mid_run_is_rerun_by_the_next_process(origin: Origi
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+# --------------------------------------------------------------------------------------------- shutdown and orphans
+
+
+def serve_config(tmp_path: Path, origin: Origin) -> Path:
+    (tmp_path / "webhook-secret").write_bytes(SECRET + b"\n")
+    (tmp_path / "github-token").write_text(BOT_TOKEN + "\n")
+    config = tmp_path / "fluxwarden.yaml"
+    config.write_text(yaml.safe_dump({
+        "repos": [{"name": REPO, "clone_url": str(origin.bare), "clusters": {CLUSTER: {"automatic": True}}}],
+        "limits": {"workers": 2, "queue": 100, "run_timeout": 120, "kustomize_timeout": 90},
+        "cache_dir": str(tmp_path / "cache"),
+    }))
+    return config
+
+
+def serve_env(tmp_path: Path, fake, **extra: str) -> dict[str, str]:
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp_path / "tmp"),  # the process's /tmp: its work directories, and the stale ones it cleans
+        "FLUXWARDEN_WEBHOOK_SECRET_FILE": str(tmp_path / "webhook-secret"),
+        "FLUXWARDEN_GITHUB_TOKEN_FILE": str(tmp_path / "github-token"),
+        "FLUXWARDEN_GITHUB_API_URL": fake.base_url,
+        "FLUXWARDEN_HOST": "127.0.0.1",
+        "FLUXWARDEN_PORT": str(free_port()),
+        **extra,
+    }
+
+
+def blocking_kustomize(tmp_path: Path, seconds: int = 90) -> tuple[Path, Path]:
+    """A kustomize that records its pid and then waits `seconds` (not exec: a shell with children of its own)."""
+    pids = tmp_path / "kustomize-pids"
+    script = kustomize_wrapper(tmp_path, "blocking", (
+        f"echo $$ >> {pids}\n"
+        f"i=0; while [ $i -lt {seconds * 10} ]; do /bin/sleep 0.1; i=$((i+1)); done\n"
+        'real "$@"\n'
+    ))
+    return script, pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
+
+
+def kill_all(pids: Path) -> None:
+    for pid in {int(p) for p in pids.read_text().split()} if pids.exists() else ():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+async def deliver(replica: Replica, number: int, head: str, base: str) -> None:
+    body = json.dumps(pr_payload(number, head, base)).encode()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://127.0.0.1:{replica.port}/webhook", data=body, headers={
+            "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"shutdown-{number}",
+            "X-Hub-Signature-256": sign(body), "Content-Type": "application/json",
+        }) as response:
+            assert response.status == 202
+
+
+async def test_sigterm_with_runs_in_flight_exits_within_the_grace_period(origin: Origin, fake, tmp_path: Path) -> None:
+    """SIGTERM (what kubelet sends) while two runs wait on kustomize builds that would take 90 s.
+
+    Before: the process lingered until every build had finished (~112 s in the attack; the pod's grace period
+    is 30 s). Now the runs are cancelled (statuses left pending for the next start to re-run), their
+    kustomize process groups killed, and the process exits at once.
+    """
+    heads = {n: origin.pull(n, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": f"pr {n}"}))}) for n in (1, 2)}
+    for n, head in heads.items():
+        open_pull(fake, origin, n, head)
+    script, pids = blocking_kustomize(tmp_path)
+    replica = Replica("sigterm", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+    try:
+        await replica.start(serve_config(tmp_path, origin))
+        await replica.wait_healthy()
+        for n, head in heads.items():
+            await deliver(replica, n, head, origin.main)
+        assert await wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 2, timeout=60), replica.log.read_text()[-3000:]
+        builds = [int(p) for p in pids.read_text().split()]
+        assert all(alive(p) for p in builds)
+        sent = time.monotonic()
+        code = await replica.stop(signal.SIGTERM)
+        elapsed = time.monotonic() - sent
+        record_figure("sigterm_to_exit_with_runs_in_flight_seconds", elapsed, "s")
+        assert code == 0, replica.log.read_text()[-3000:]
+        assert elapsed < 30, f"{elapsed:.1f} s from SIGTERM to exit"
+        assert await wait_for(lambda: not any(alive(p) for p in builds), timeout=2), "a kustomize outlived the shutdown"
+        for head in heads.values():
+            assert states(fake, head) == ["pending"], "a cancelled run is no verdict: left pending for the next start"
+        assert "kustomize build(s) killed" in replica.log.read_text()
+        assert not list((tmp_path / "tmp").glob("fluxwarden-*")), "work directories left behind"
+    finally:
+        if replica.proc is not None and replica.proc.returncode is None:
+            await replica.stop(signal.SIGKILL)
+        kill_all(pids)
+
+
+async def test_sigkill_leaves_no_kustomize_and_the_next_start_cleans_stale_work_dirs(origin: Origin, fake, tmp_path: Path) -> None:
+    """kill -9 mid-build: the kustomize process group dies with the bot; the next start removes stale work directories.
+
+    Before: two kustomize processes outlived the killed bot by over 144 s and its `/tmp/fluxwarden-*`
+    directories stayed. Only directories of ours (uid), real ones (not symlinks) and old enough are removed.
+    """
+    head = origin.pull(1, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "bye"}))})
+    open_pull(fake, origin, 1, head)
+    config = serve_config(tmp_path, origin)
+    script, pids = blocking_kustomize(tmp_path)
+    a = Replica("killed", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+    b = None
+    tmp = tmp_path / "tmp"
+    try:
+        await a.start(config)
+        await a.wait_healthy()
+        await deliver(a, 1, head, origin.main)
+        assert await wait_for(lambda: pids.exists() and pids.read_text().strip() != "", timeout=60), a.log.read_text()[-3000:]
+        builds = [int(p) for p in pids.read_text().split()]
+        assert await a.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert await wait_for(lambda: not any(alive(p) for p in builds), timeout=5), "a kustomize outlived the killed bot"
+        left = sorted(p.name for p in tmp.glob("fluxwarden-*"))
+        assert left, "the killed process left its work directories (what the next start must clean)"
+        # Make them stale (two hours untouched), next to what must stay.
+        outside = tmp_path / "not-ours"
+        outside.mkdir()
+        (outside / "keep").write_text("x")
+        (tmp / "fluxwarden-young").mkdir()
+        (tmp / "fluxwarden-file").write_text("x")
+        (tmp / "fluxwarden-link").symlink_to(outside)
+        (tmp / "other-old").mkdir()
+        foreign = tmp / "fluxwarden-foreign"
+        foreign.mkdir()
+        if os.getuid() == 0:
+            os.chown(foreign, 65534, 65534)
+        old = time.time() - 7200
+        for name in [*left, "fluxwarden-file", "other-old", "fluxwarden-foreign"]:
+            os.utime(tmp / name, (old, old))
+        os.utime(tmp / "fluxwarden-link", (old, old), follow_symlinks=False)
+        b = Replica("next", tmp_path, serve_env(tmp_path, fake))
+        await b.start(config)
+        await b.wait_healthy()
+        remaining = {p.name for p in tmp.iterdir()}
+        assert not remaining & set(left), f"stale work directories kept: {remaining & set(left)}"
+        kept = {"fluxwarden-young", "fluxwarden-file", "fluxwarden-link", "other-old"} | ({"fluxwarden-foreign"} if os.getuid() == 0 else set())
+        assert kept <= remaining and (outside / "keep").exists()
+        assert f"removed {len(left) + (0 if os.getuid() == 0 else 1)} stale work" in b.log.read_text()
+        assert await wait_for(lambda: states(fake, head)[-1:] == ["success"], timeout=60), b.log.read_text()[-3000:]
+    finally:
+        for replica in (a, b):
+            if replica is not None and replica.proc is not None and replica.proc.returncode is None:
+                await replica.stop(signal.SIGKILL)
+        kill_all(pids)
