@@ -24,6 +24,7 @@ from bot.model import Finding, Severity
 from bot.review import ALWAYS_NEW, ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
+from handlers.claims import RELEASE_TIMEOUT
 
 if TYPE_CHECKING:
     from bot.kube import ClusterAccess
@@ -71,6 +72,9 @@ class PrecheckPlan:
     clone_url: str
     clusters: tuple[str, ...]
     trigger: str
+    # Re-run at start-up because the checker stopped during the last run (its status says so; see
+    # handlers/restart.py): if this run stops the checker too, the next start gives up on it.
+    resumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,15 @@ def running_state(plan: PrecheckPlan, cluster: str) -> DesiredState:
         f"<!-- {_marker(cluster)} -->\n### ⏳ Fluxwarden precheck of {md.code(cluster)} is running\n\n"
         f"Rendering {md.code(plan.base_ref)} and `{plan.head_sha[:12]}` ({_trigger(plan.trigger)}). This comment is updated when it is done.\n"
     )
-    return DesiredState((body,), Status("pending", f"precheck of {cluster} running"), None)
+    return DesiredState((body,), Status("pending", f"precheck of {cluster} {RESUMED if plan.resumed else 'running'}"), None)
+
+
+RESUMED = "running again after the checker stopped"  # a resumed run's status (handlers/restart.py reads it)
+INTERRUPTED = "interrupted (checker stopped); re-run pending"  # a run cancelled by a graceful shutdown
+STOPPED_THE_CHECKER = (
+    "this PR stopped the checker: it was running when the checker stopped, and again when it was re-run. "
+    "It is not re-run on its own; comment `/precheck {cluster}` to try again"
+)
 
 
 def result_state(review: ClusterReview, link_base: str | None = None) -> DesiredState:
@@ -266,8 +278,8 @@ class PrecheckRunner:
             log.exception("precheck %s#%s %s crashed", plan.repo, plan.number, cluster)
             desired, verdict = error_state(cluster, f"internal error ({type(exc).__name__})", infrastructure=True), "error"
         except asyncio.CancelledError:
-            if self.claims is not None and self.queue.is_current(key, plan.head_sha):  # shutting down, not superseded
-                await self.claims.release(plan.repo, plan.head_sha, context, f"precheck of {cluster} interrupted (replica stopped); re-run pending", self.target_url)
+            if self.queue.is_current(key, plan.head_sha):  # shutting down, not superseded: say it was not this PR's doing
+                await self._interrupted(plan, cluster)
             raise
         if not self.queue.is_current(key, plan.head_sha):
             return  # a newer push owns the comment now
@@ -309,6 +321,23 @@ class PrecheckRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _interrupted(self, plan: PrecheckPlan, cluster: str) -> None:
+        """A graceful shutdown mid-run: mark the status, so the next start re-runs it as a plain run, not a crash's."""
+        context, description = STATUS_CONTEXT.format(cluster=cluster), f"precheck of {cluster} {INTERRUPTED}"
+        if self.claims is not None:
+            await self.claims.release(plan.repo, plan.head_sha, context, description, self.target_url)
+            return
+        call = asyncio.to_thread(self.github.set_status, plan.repo, plan.head_sha, context, "pending", description, self.target_url)
+        try:
+            await asyncio.wait_for(call, timeout=RELEASE_TIMEOUT)
+        except (InfraError, asyncio.TimeoutError) as exc:
+            log.warning("could not mark %s#%s %s interrupted: %s", plan.repo, plan.number, cluster, exc or "timed out")
+
+    async def give_up(self, plan: PrecheckPlan, cluster: str) -> None:
+        """End a run that stopped the checker twice with `error`, instead of running it into a crash loop."""
+        await self._reconcile(plan, cluster, error_state(cluster, STOPPED_THE_CHECKER.format(cluster=cluster), infrastructure=True))
+        self.metrics.runs.labels(cluster, "error").inc()
 
     def live_access(self, repo: str, cluster: str) -> "ClusterAccess | None":
         """How to read `cluster` live, when the service config says so."""

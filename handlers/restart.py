@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from bot.errors import InfraError
 from handlers.context import BotContext
-from handlers.precheck import STATUS_CONTEXT, PrecheckPlan
+from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT, PrecheckPlan
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +55,47 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
                     continue
                 if state == "pending":
                     pending.append(cluster)
-            if pending:
-                plan = PrecheckPlan(
-                    repo=policy.name,
-                    number=pull.number,
-                    head_sha=pull.head_sha,
-                    base_ref=pull.base_ref,
-                    # Not a fork: the head repository is the base repository, so its clone URL is ours.
-                    clone_url=policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git"),
-                    clusters=tuple(pending),
-                    trigger=trigger,
-                )
-                bot.runner.schedule(plan)
-                plans.append(plan)
+            if not pending:
+                continue
+            plan = PrecheckPlan(
+                repo=policy.name,
+                number=pull.number,
+                head_sha=pull.head_sha,
+                base_ref=pull.base_ref,
+                # Not a fork: the head repository is the base repository, so its clone URL is ours.
+                clone_url=policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git"),
+                clusters=tuple(pending),
+                trigger=trigger,
+            )
+            outcome = await _how_it_stopped(bot, plan)
+            for cluster in outcome["gave-up"]:
+                log.warning("%s#%s %s stopped the checker twice; not re-running it", plan.repo, plan.number, cluster)
+                await bot.runner.give_up(plan, cluster)
+            for kind, resumed in (("interrupted", False), ("crashed", True)):
+                if outcome[kind]:
+                    again = replace(plan, clusters=tuple(outcome[kind]), resumed=resumed)
+                    bot.runner.schedule(again)
+                    plans.append(again)
     return plans
+
+
+async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list[str]]:
+    """Each pending cluster's last run, from its status: `interrupted` by a graceful shutdown (re-run as it was),
+    `crashed` (re-run once, marked: the run itself may be what stopped the checker), or `gave-up` (that
+    re-run stopped the checker too: a PR that kills the checker must not do it on every start)."""
+    try:
+        statuses = await asyncio.to_thread(bot.github.statuses, plan.repo, plan.head_sha)
+    except InfraError as exc:
+        log.warning("cannot read statuses of %s#%s: %s", plan.repo, plan.number, exc)
+        statuses = []
+    outcome: dict[str, list[str]] = {"interrupted": [], "crashed": [], "gave-up": []}
+    for cluster in plan.clusters:
+        context = STATUS_CONTEXT.format(cluster=cluster)
+        latest = next((s for s in statuses if s.context == context), None)
+        description = latest.description if latest is not None else ""
+        kind = "interrupted" if INTERRUPTED in description else "gave-up" if RESUMED in description else "crashed"
+        outcome[kind].append(cluster)
+    return outcome
 
 
 async def _stale_pending(bot: BotContext, policy, pull, stale_after: float) -> list[str]:  # noqa: ANN001

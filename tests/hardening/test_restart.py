@@ -264,7 +264,9 @@ async def test_sigterm_with_runs_in_flight_exits_within_the_grace_period(origin:
         assert elapsed < 30, f"{elapsed:.1f} s from SIGTERM to exit"
         assert await wait_for(lambda: not any(alive(p) for p in builds), timeout=2), "a kustomize outlived the shutdown"
         for head in heads.values():
-            assert states(fake, head) == ["pending"], "a cancelled run is no verdict: left pending for the next start"
+            # A cancelled run is no verdict: left pending for the next start, marked as a shutdown's (not a crash's).
+            assert states(fake, head) == ["pending", "pending"]
+            assert "interrupted (checker stopped)" in fake.statuses_for(REPO, head)[0].description
         assert "kustomize build(s) killed" in replica.log.read_text()
         assert not list((tmp_path / "tmp").glob("fluxwarden-*")), "work directories left behind"
     finally:
@@ -325,4 +327,42 @@ async def test_sigkill_leaves_no_kustomize_and_the_next_start_cleans_stale_work_
         for replica in (a, b):
             if replica is not None and replica.proc is not None and replica.proc.returncode is None:
                 await replica.stop(signal.SIGKILL)
+        kill_all(pids)
+
+
+async def test_a_pr_that_stops_the_checker_twice_is_not_rerun_again(origin: Origin, fake, tmp_path: Path) -> None:
+    """Issue 14: a PR whose run kills the process must not crash-loop the pod. The first restart re-runs it
+    once, marked; when that run dies too, the next start ends it with `error` "this PR stopped the checker"."""
+    head = origin.pull(1, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "bye"}))})
+    open_pull(fake, origin, 1, head)
+    config = serve_config(tmp_path, origin)
+    script, pids = blocking_kustomize(tmp_path)
+    started = tmp_path / "kustomize-pids"
+    try:
+        first = Replica("first", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+        await first.start(config)
+        await first.wait_healthy()
+        await deliver(first, 1, head, origin.main)
+        assert await wait_for(lambda: started.exists() and states(fake, head) == ["pending"], timeout=30), first.log.read_text()[-3000:]
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL  # the run killed the process (OOM, say)
+
+        count = len(started.read_text().split())
+        second = Replica("second", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+        await second.start(config)
+        await second.wait_healthy()
+        # It re-runs the PR once, and says so in the status; then that run kills it too.
+        assert await wait_for(lambda: len(started.read_text().split()) > count, timeout=30), second.log.read_text()[-3000:]
+        assert await wait_for(lambda: any("running again after the checker stopped" in s.description for s in fake.statuses_for(REPO, head)), timeout=30)
+        assert await second.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        count = len(started.read_text().split())
+        third = Replica("third", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+        await third.start(config)
+        await third.wait_healthy()
+        assert await wait_for(lambda: states(fake, head)[-1:] == ["error"], timeout=30), third.log.read_text()[-3000:]
+        assert len(started.read_text().split()) == count, "the third process must not run it again"
+        [comment] = [c for c in fake.issue_comments(REPO, 1) if c.user == BOT]
+        assert "this PR stopped the checker" in comment.body and f"/precheck {CLUSTER}" in comment.body
+        assert await third.stop(signal.SIGTERM) == 0
+    finally:
         kill_all(pids)
