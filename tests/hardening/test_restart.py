@@ -366,3 +366,34 @@ async def test_a_pr_that_stops_the_checker_twice_is_not_rerun_again(origin: Orig
         assert await third.stop(signal.SIGTERM) == 0
     finally:
         kill_all(pids)
+
+
+async def test_a_self_recreating_kustomization_is_bounded(origin: Origin, fake, tmp_path: Path) -> None:
+    """Issue 14's attack: `loop-${P}` at `./loop` substituting `P: "${P}a"` grew the bot ~25 MB/s until it died.
+    Now the render stops at the third time the path recurs in one chain (`render-limit`), and the process stays small."""
+    from tests.fluxrepo import ks
+
+    loop = ks("loop-${P}", "./loop", post_build={"substitute": {"P": "${P}a"}})
+    head = origin.pull(1, {
+        "clusters/prod/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [apps.yaml, loop.yaml]\n",
+        "clusters/prod/loop.yaml": dump(ks("loop-start", "./loop", post_build={"substitute": {"P": "x"}})),
+        "loop/ks.yaml": dump(loop),
+    })
+    open_pull(fake, origin, 1, head)
+    replica = Replica("loop", tmp_path, serve_env(tmp_path, fake))
+    try:
+        await replica.start(serve_config(tmp_path, origin))
+        await replica.wait_healthy()
+        await deliver(replica, 1, head, origin.main)
+        assert await wait_for(lambda: states(fake, head)[-1:] == ["failure"], timeout=60), replica.log.read_text()[-3000:]
+        [comment] = [c for c in fake.issue_comments(REPO, 1) if c.user == BOT]
+        assert "`render-limit`" in comment.body and "recreates itself" in comment.body
+        rss = replica.peak_rss()
+        cache = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file())
+        record_figure("self_recreating_kustomization_peak_rss_mib", rss / 2**20, "MiB")
+        record_figure("self_recreating_kustomization_cache_mib", cache / 2**20, "MiB")
+        assert rss < 400 * 2**20 and cache < 50 * 2**20
+        assert await replica.stop(signal.SIGTERM) == 0
+    finally:
+        if replica.proc is not None and replica.proc.returncode is None:
+            await replica.stop(signal.SIGKILL)
