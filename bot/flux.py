@@ -94,6 +94,7 @@ def _tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
         patches=tuple(p for p in spec.get("patches") or [] if isinstance(p, dict)),
         images=tuple(i for i in spec.get("images") or [] if isinstance(i, dict)),
         components=tuple(str(c) for c in spec.get("components") or []),
+        ignore_missing_components=spec.get("ignoreMissingComponents") is True,
         health_checks=_health_checks(spec, namespace),
         has_post_build=isinstance(post_build, dict),
         substitute_always=isinstance(post_build, dict) and post_build.get("substituteStrategy") == "Always",

@@ -36,9 +36,13 @@ class KustomizeBinary:
     embedded: bool
 
     def argv(self, directory: str) -> list[str]:
-        # Deliberately no --enable-helm, --enable-alpha-plugins, --enable-exec or
-        # --load-restrictor LoadRestrictionsNone: a PR is untrusted input.
-        return [self.path, "kustomize", directory] if self.embedded else [self.path, "build", directory]
+        # Deliberately no --enable-helm, --enable-alpha-plugins or --enable-exec: a PR is untrusted input.
+        # No load restrictor, as kustomize-controller builds (fluxcd/pkg kustomize Build: LoadRestrictionsNone):
+        # a kustomization may name files outside its own directory. The repository root is the boundary
+        # instead: every file reference is checked before kustomize runs (bot/generate.py), and kustomize
+        # only sees the sanitised snapshot.
+        restrictor = ["--load-restrictor", "LoadRestrictionsNone"]
+        return [self.path, "kustomize", directory, *restrictor] if self.embedded else [self.path, "build", directory, *restrictor]
 
     @property
     def version(self) -> str:

@@ -160,6 +160,7 @@ class TierSpec:
     patches: tuple[Mapping[str, Any], ...] = ()
     images: tuple[Mapping[str, Any], ...] = ()
     components: tuple[str, ...] = ()
+    ignore_missing_components: bool = False
     health_checks: tuple[HealthCheck, ...] = ()
     has_post_build: bool = False
     substitute_always: bool = False  # postBuild.substituteStrategy: Always

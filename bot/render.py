@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import binascii
 import itertools
@@ -27,9 +26,9 @@ from bot.cache import BuildCache, ContentHasher, versioned_key
 from bot.config import CONFIG_FILE, RepoConfig
 from bot.errors import InputError, RenderError, SubstitutionError
 from bot.flux import (
-    SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec,
+    KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec,
 )
-from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_overlay
+from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_build_root
 from bot.kustomize import KustomizeBinary, run_build
 from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.snapshot import Snapshot, normalise_repo_path
@@ -39,6 +38,9 @@ if TYPE_CHECKING:
     from bot.facts import ObjectStub
 
 ORIGIN_ANNOTATION = "config.kubernetes.io/origin"
+# The owner labels kustomize-controller stamps on every object it applies (its API group + /name, /namespace).
+OWNER_NAME_LABEL = f"{KUSTOMIZATION_GROUP}/name"
+OWNER_NAMESPACE_LABEL = f"{KUSTOMIZATION_GROUP}/namespace"
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
 _MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
 _CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
@@ -53,6 +55,7 @@ _FLUX_KUSTOMIZATION = re.compile(
 # Values that come from a Secret are never shown; they render as this marker instead.
 # (No leading `*`: kustomize emits `${S}` unquoted, and `**…` would then parse as a YAML alias.)
 SECRET_MASK = "<masked:{name}>"
+_SUBSTITUTE_DISABLED = re.compile(rf"{re.escape(SUBSTITUTE_ANNOTATION)}: ['\"]?disabled")
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,20 @@ class RawDocument:
 
     @property
     def substitution_disabled(self) -> bool:
-        if self.body is None:
-            return f"{SUBSTITUTE_ANNOTATION}: disabled" in self.text
-        return ((self.body.get("metadata") or {}).get("annotations") or {}).get(SUBSTITUTE_ANNOTATION) == "disabled"
+        """`kustomize.toolkit.fluxcd.io/substitute: disabled` as a label or an annotation
+        (fluxcd/pkg kustomize/kustomize_varsub.go SubstituteVariables)."""
+        if not _SUBSTITUTE_DISABLED.search(self.text):
+            return False
+        body = self.body
+        if body is None:
+            try:
+                body = yaml.load(self.text, Loader=FastSafeLoader)
+            except yaml.YAMLError:
+                return True  # (kustomize wrote it: it parses; the text says disabled)
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(meta, dict):
+            return False
+        return any(isinstance(m, dict) and m.get(SUBSTITUTE_ANNOTATION) == "disabled" for m in (meta.get("labels"), meta.get("annotations")))
 
 
 class CachedDocuments(Sequence[RawDocument]):
@@ -403,30 +417,52 @@ class Renderer:
         return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, index=known.index)
 
     def _build_tier(self, spec: TierSpec) -> RawTier:
-        """kustomize build of one tier's path plus its Flux overlay; never raises for bad input."""
+        """kustomize build of one tier's path, its kustomization rewritten with the spec; never raises for bad input."""
         tier = spec.id
-        if not self.snapshot.is_dir(spec.path):
+        # The controller builds at the path without symlinks (securejoin), and kustomize loads every
+        # kustomization there: relative paths count from where a directory really is.
+        root = self.snapshot.real_path(spec.path)
+        if root is None:
+            return RawTier(spec, failed=True, findings=(_unsafe(tier, f"path {spec.path!r} resolves through a symlink to outside the repository", spec.origin),))
+        if not self.snapshot.is_dir(root):
             return RawTier(spec, failed=True, findings=(_failed(tier, f"path {spec.path or '.'!r} not found in the repository", spec.origin),))
-        components = []
+        components: list[str] = []  # as written, for the kustomization file
+        component_paths: list[str] = []  # joined to the path, as kustomize joins them
+        component_dirs: list[str] = []  # where they are, for the pre-scan
+        missing: set[str] = set()  # skipped components: the build changes when one appears
         for comp in spec.components:
-            normal = normalise_repo_path(posixpath.join(spec.path, comp))
+            if posixpath.isabs(comp.strip()) or REMOTE_REFERENCE.search(comp):
+                # fluxcd/pkg kustomize_generator.go: "component path must be local and relative".
+                return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
+            normal = normalise_repo_path(posixpath.join(root, comp))
             if normal is None:
                 return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} climbs out of the repository", spec.origin),))
-            if posixpath.isabs(comp.strip()) or REMOTE_REFERENCE.search(comp):
-                # write_overlay joins it as written: an absolute path would load a host directory.
-                return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} is not a path inside the repository", spec.origin),))
-            components.append(normal)
+            real = self.snapshot.real_path(normal)
+            if real is None:
+                return RawTier(spec, failed=True, findings=(_unsafe(tier, f"component {comp!r} resolves through a symlink to outside the repository", spec.origin),))
+            if not self.snapshot.exists(real):
+                if spec.ignore_missing_components:
+                    missing.add(real)
+                    continue  # GenerateManifest skips it
+                return RawTier(
+                    spec,
+                    failed=True,
+                    findings=(_failed(tier, f"component {comp!r} not found ({normal or '.'}); without spec.ignoreMissingComponents the build fails", spec.origin),),
+                )
+            components.append(comp)
+            component_paths.append(normal)
+            component_dirs.append(real)
         known = self._tree_build(_build_key(spec))
         if known is not None:
             return _for_spec(known, spec)
-        dirs, files, problems = self.index.reach(spec.path, components, aliases=False)
-        self.index.ensure_kustomization(spec.path)
-        inputs = frozenset(dirs | files)
+        dirs, files, problems = self.index.reach(root, component_dirs, aliases=False)
+        inputs = frozenset(dirs | files | missing)
         generated = {d for d in dirs if self.index.is_generated(d)}
-        refused = [r for r in self.snapshot.refused if r.path in files or _under_any(r.path, generated)]
+        reached = _with_ancestors(inputs)
+        refused = [r for r in self.snapshot.refused if r.path in reached or _under_any(r.path, generated)]
         cache_key = None
         if self.cache is not None and not (problems or refused):
-            cache_key = self.hasher.key([self.binary.version, _build_key(spec)], {*files, *dirs})
+            cache_key = self.hasher.key([self.binary.version, _build_key(spec)], inputs)
             cached = self._cached_build(spec, inputs, cache_key)
             if cached is not None:
                 # Only a build that passed every check below is cached: this content was checked already.
@@ -444,9 +480,16 @@ class Renderer:
         except OSError as exc:  # e.g. a path too long for this filesystem
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, f"the tier's files cannot be written for kustomize ({exc.strerror})", spec.origin),))
         workdir = self._work / f"{next(self._counter):05d}"
-        write_overlay(self.snapshot, spec, workdir)
         try:
-            text = run_build(self.binary, workdir, sandbox_home=self._work / "home", timeout=self.timeout)
+            reached = [*self.index.info(root).references, *component_paths]
+            build_dir = write_build_root(self.snapshot, spec, root, components, reached, workdir)
+        except InputError as exc:
+            location = SourceLocation(kustomization_path) if (kustomization_path := self.index.info(root).file) else spec.origin
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, str(exc), location),))
+        except OSError as exc:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, f"the tier's files cannot be written for kustomize ({exc.strerror})", spec.origin),))
+        try:
+            text = run_build(self.binary, build_dir, sandbox_home=self._work / "home", timeout=self.timeout)
         except RenderError as exc:
             message, location = self.sanitise(str(exc), workdir), spec.origin
             repeated = find_duplicate_key(message, files, self.snapshot.read_text)  # kustomize names no file for it
@@ -456,7 +499,7 @@ class Renderer:
         with self._builds_lock:
             self.output_bytes += len(text)
         try:
-            documents = self._parse(text)
+            documents = self._parse(text, root)
         except InputError as exc:
             return RawTier(spec, inputs=inputs, failed=True, findings=(_failed(tier, self.sanitise(str(exc), workdir), spec.origin),))
         with self._builds_lock:  # worker threads count concurrently
@@ -488,8 +531,8 @@ class Renderer:
                 snapshot, self._tree_dirty = dict(self._tree_builds), False
             self.cache.put(self._tree_key, snapshot)
 
-    def _parse(self, text: str) -> list[RawDocument]:
-        """Split kustomize's output; parse now what substitution cannot change, defer the rest."""
+    def _parse(self, text: str, root: str) -> list[RawDocument]:
+        """Split kustomize's output (built at repo path `root`); parse now what substitution cannot change, defer the rest."""
         texts = split_documents(text)
         eager = [i for i, t in enumerate(texts) if not _MAY_SUBSTITUTE.search(t) or _CONFIG_KIND.search(t)]
         joined = "---\n".join(texts[i] if texts[i].endswith("\n") else texts[i] + "\n" for i in eager)
@@ -505,21 +548,22 @@ class Renderer:
             body = parsed.get(index)
             if index in parsed and not isinstance(body, dict):
                 raise InputError("kustomize output contains a document that is not a mapping")
-            out.append(RawDocument(doc_text, body, _pop_origin(body) if body is not None else None))
+            out.append(RawDocument(doc_text, body, _pop_origin(body, root) if body is not None else None))
         return out
 
     def sanitise(self, message: str, workdir: Path | None = None) -> str:
         """Make kustomize's message postable: repo-relative paths, nothing of the host's filesystem."""
         text = message
+        # kustomize names files by the path it built (the mirror) or by their symlink-free one (the snapshot).
+        roots = [workdir / "repo"] if workdir is not None else []
+        for root in [*roots, self.snapshot.root]:
+            for form in dict.fromkeys((str(root), os.path.realpath(root))):
+                text = text.replace(form + "/", "").replace(form, ".")
         if workdir is not None:
             text = text.replace(str(workdir), "<overlay>")
-        text = text.replace(str(self.snapshot.root) + "/", "").replace(str(self.snapshot.root), ".")
         text = text.replace(str(self._work), "<work>")
-        # The overlay names the tier as ../../repo/<path>; kustomize then wraps every error in an
-        # "accumulating resources from <overlay>" layer that says nothing about the repo.
-        text = re.sub(r"^error: accumulating resources: accumulation err='accumulating resources from '\.\./\.\./repo/?[^']*': ", "error: ", text)
-        text = text.replace("../../repo/", "").replace("'../../repo'", "'.'")
-        text = re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path outside the repository>", text)
+        # (not after `]`: kustomize writes ids as `ConfigMap.v1.[noGrp]/name.[noNs]`)
+        text = re.sub(r"(?<![\w.<\]])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path outside the repository>", text)
         lines = [line for line in text.splitlines() if line.strip()]
         text = " ".join(lines[:6])
         return text if len(text) <= 800 else text[:797] + "..."
@@ -902,7 +946,7 @@ class Renderer:
                 findings.append(_failed(spec.id, "an object lacks apiVersion, kind or metadata.name; kustomize-controller rejects the build", origin))
                 failed = True
                 continue
-            body = _with_common_metadata(body, spec)
+            body = _with_flux_metadata(body, spec)
             manifest = Manifest(ref, body, origin)
             if ref.kind == "Secret" and "sops" in body and not spec.decryption:
                 findings.append(
@@ -962,6 +1006,7 @@ class Renderer:
         """Substitute what needs it, then parse every unparsed document in one YAML stream (None: failed)."""
         out: list[tuple[Any, SourceLocation | None, tuple[str, ...]] | None] = []
         to_parse: list[tuple[int, str, bool]] = []  # (index in out, text, substituted)
+        root = self.snapshot.real_path(spec.path) or spec.path  # where kustomize built it (origins are relative to it)
         for doc in documents:
             # `$$` collapses to `$` even in a document with no reference (fluxcd/pkg envsubst).
             if substituting and _MAY_SUBSTITUTE.search(doc.text) and not doc.substitution_disabled:
@@ -994,7 +1039,7 @@ class Renderer:
                 findings.append(_failed(spec.id, f"{_describe(text)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", origin))
                 out[index] = None
                 continue
-            origin = _pop_origin(body) or origin  # the text still carries kustomize's origin annotation
+            origin = _pop_origin(body, root) or origin  # the text still carries kustomize's origin annotation
             out[index] = (body, origin, undefined)
         return out
 
@@ -1072,7 +1117,7 @@ def default_jobs() -> int:
 def _build_key(spec: TierSpec) -> str:
     """The spec fields kustomize sees; two tiers with equal keys build identical output."""
     return json.dumps(
-        [spec.path, spec.target_namespace, spec.name_prefix, spec.name_suffix, spec.patches, spec.images, spec.components],
+        [spec.path, spec.target_namespace, spec.name_prefix, spec.name_suffix, spec.patches, spec.images, spec.components, spec.ignore_missing_components],
         sort_keys=True,
         default=str,
     )
@@ -1095,11 +1140,11 @@ def _config_data(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _pop_origin(body: Any) -> SourceLocation | None:
+def _pop_origin(body: Any, root: str) -> SourceLocation | None:
     """Read and drop kustomize's origin annotation (and an annotations map it leaves empty).
 
-    The path is relative to the overlay directory, which always sits two levels below the
-    snapshot's parent, next to `repo/` (see Renderer._work): `../../repo/<file>`.
+    Its path is relative to the directory kustomize built, the mirror of repo path `root` (see
+    generate.write_build_root), where every relative path lands where it does in the repository.
     """
     meta = body.get("metadata") if isinstance(body, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
@@ -1114,10 +1159,12 @@ def _pop_origin(body: Any) -> SourceLocation | None:
     if match is None:
         return None
     rel = match.group(1).strip().strip("'\"")
-    joined = posixpath.normpath(posixpath.join("overlays/build", rel))
-    if joined == "repo" or not joined.startswith("repo/"):
+    if rel.startswith("/"):
         return None
-    return SourceLocation(joined[len("repo/"):])
+    joined = posixpath.normpath(posixpath.join(root, rel))
+    if joined in (".", "..") or joined.startswith("../"):
+        return None
+    return SourceLocation(joined)
 
 
 def _load_stream(texts: list[str]) -> list[Any]:
@@ -1180,19 +1227,27 @@ def _sources_present(spec: TierSpec, objects: SourceIndex) -> bool:
     return all((s.kind, spec.id.namespace, s.name) in objects for s in spec.substitute_from)
 
 
-def _with_common_metadata(body: Mapping[str, Any], spec: TierSpec) -> Mapping[str, Any]:
-    """Apply `commonMetadata` labels/annotations, overriding same keys (fluxcd/pkg ssa/utils SetCommonMetadata)."""
-    labels = spec.common_metadata.get("labels") or {}
-    annotations = spec.common_metadata.get("annotations") or {}
-    if not labels and not annotations:
-        return body
-    body = copy.deepcopy(dict(body))  # raw builds are shared between clusters; never mutate them
-    meta = body.setdefault("metadata", {})
-    if labels:
-        meta.setdefault("labels", {}).update(labels)
+def _with_flux_metadata(body: Mapping[str, Any], spec: TierSpec) -> Mapping[str, Any]:
+    """The labels and annotations kustomize-controller sets on every object before it applies it.
+
+    First the owner labels (kustomization_controller.go → fluxcd/pkg ssa manager.go SetOwnerLabels),
+    then `commonMetadata`, overriding same keys (fluxcd/pkg ssa/utils meta.go SetCommonMetadata).
+    Raw builds are shared between tiers: the maps changed are copies, the rest of the body is shared.
+    """
+    meta = body.get("metadata")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    labels = meta.get("labels")
+    meta["labels"] = {
+        **(labels if isinstance(labels, dict) else {}),
+        OWNER_NAME_LABEL: spec.id.name,
+        OWNER_NAMESPACE_LABEL: spec.id.namespace,
+        **(spec.common_metadata.get("labels") or {}),
+    }
+    annotations = spec.common_metadata.get("annotations")
     if annotations:
-        meta.setdefault("annotations", {}).update(annotations)
-    return body
+        existing = meta.get("annotations")
+        meta["annotations"] = {**(existing if isinstance(existing, dict) else {}), **annotations}
+    return {**body, "metadata": meta}
 
 
 def _ref(body: Mapping[str, Any]) -> ObjectRef | None:

@@ -146,32 +146,16 @@ class GitTree:
             self._children[posixpath.dirname(rel)][0].append(posixpath.basename(rel))
         for rel in sorted(files):
             self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
-        self._generated: dict[str, bytes] = {}
         self._written: set[str] = set()
-        self._lock = threading.Lock()
         self._write_lock = threading.Lock()
 
     def read(self, rel: str) -> bytes | None:
-        with self._lock:
-            if rel in self._generated:
-                return self._generated[rel]
         entry = self.files.get(rel)
         return None if entry is None else self._read_blob(entry.oid)
 
     def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
         dirs, files = self._children.get(rel, ([], []))
         return list(dirs), list(files)
-
-    def add_generated(self, rel: str, data: bytes) -> None:
-        """A file we write ourselves (Flux's generated kustomization.yaml)."""
-        with self._lock:
-            self._generated[rel] = data
-            self.files[rel] = TreeFile(blob_id(data))
-            self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
-            self._children[posixpath.dirname(rel)][1].sort()
-        with self._write_lock:
-            self._written.discard(rel)
-        self.materialize((), (rel,))
 
     def materialize(self, dirs: Iterable[str], files: Iterable[str]) -> None:
         """Write `files` and everything below `dirs` to disk (idempotent, thread-safe)."""
@@ -204,7 +188,7 @@ class GitTree:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A sanitised repository copy at `root` (kustomize reads only below `root.parent`).
+    """A sanitised repository copy at `root`: every path in it resolves inside it.
 
     With `tree`, the copy is lazy: files reach `root` when `materialize` asks for them, and every
     other question is answered from the commit's file list.
@@ -285,16 +269,29 @@ class Snapshot:
         data = self.read_bytes(rel)
         return None if data is None else blob_id(data)
 
-    def write_file(self, rel: str, text: str) -> None:
-        """Add a file of our own to the snapshot (Flux's generated kustomization.yaml)."""
-        data = text.encode("utf-8")
+    def entries(self, rel: str) -> list[str]:
+        """Every entry name of a directory, symlinks included (what a build next to it could name)."""
         if self.tree is not None:
-            self.tree.add_generated(rel, data)
-            return
-        target = self.path(rel)
-        tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)  # atomic: a concurrent build never reads half a file
+            dirs, files = self.tree.list_dir(rel)
+            return dirs + files
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except OSError:
+            return []
+
+    def real_path(self, rel: str) -> str | None:
+        """The repo path `rel` lands on once symlinks are resolved (None: outside the repo).
+
+        kustomize roots every kustomization it loads at its symlink-free path
+        (kyaml filesys ConfirmDir → EvalSymlinks), so the paths in it are relative to where it really is.
+        """
+        if not self.has_symlinks:
+            return rel
+        real = os.path.realpath(self.path(rel))
+        root = os.path.realpath(self.root)
+        if real == root:
+            return ""
+        return real[len(root) + 1 :].replace(os.sep, "/") if real.startswith(root + os.sep) else None
 
     def materialize(self, dirs: Iterable[str], files: Iterable[str] = ()) -> None:
         """Make sure kustomize finds `files` and everything below `dirs` on disk (a copy is already there)."""
@@ -537,7 +534,7 @@ def _copy_symlink(
         return
     link = root / rel
     if target.is_file():
-        # A file copy, not a link: kustomize's root-only load restrictor rejects a symlink into a sibling dir.
+        # A file copy, not a link: its content is the repo's, wherever a build reaches it from.
         _link_or_copy(target, link)
         return
     # Re-point relative to the snapshot so kustomize can only ever land inside our copy.

@@ -16,7 +16,10 @@ from bot import kustomize
 from bot.cache import BuildCache
 from bot.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
 
-FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "LoadRestrictionsNone", "--load-restrictor", "--network")
+FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "--network")
+# kustomize-controller builds without a load restrictor (fluxcd/pkg kustomize Build); the repository root is
+# the boundary instead, checked before kustomize runs (tests/test_render.py untrusted-input cases).
+NO_RESTRICTOR = ["--load-restrictor", "LoadRestrictionsNone"]
 OUTPUT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n"
 
 
@@ -104,8 +107,8 @@ def test_explicit_binary_unusable(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 
 ARGV_CASES = [
-    pytest.param(KustomizeBinary("/opt/kustomize", embedded=False), ["/opt/kustomize", "build", "/w"], id="standalone"),
-    pytest.param(KustomizeBinary("/opt/kubectl", embedded=True), ["/opt/kubectl", "kustomize", "/w"], id="kubectl"),
+    pytest.param(KustomizeBinary("/opt/kustomize", embedded=False), ["/opt/kustomize", "build", "/w", *NO_RESTRICTOR], id="standalone"),
+    pytest.param(KustomizeBinary("/opt/kubectl", embedded=True), ["/opt/kubectl", "kustomize", "/w", *NO_RESTRICTOR], id="kubectl"),
 ]
 
 
@@ -158,7 +161,7 @@ def test_run_build_clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert env["PATH"].startswith(str(sandbox))  # nothing to exec: no git for remote bases, no plugins
     assert env["HTTPS_PROXY"] == env["HTTP_PROXY"] == "http://127.0.0.1:9"
     argv = (out / "argv").read_text().splitlines()
-    assert argv == ["build", str(build_dir)]
+    assert argv == ["build", str(build_dir), *NO_RESTRICTOR]
     assert not any(flag in arg for arg in argv for flag in FORBIDDEN_FLAGS)
     assert (out / "cwd").read_text().strip() == str(build_dir)
 

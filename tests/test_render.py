@@ -186,6 +186,8 @@ APP_FILES = {
     "components/extra/c.yaml": dump(cm("fromcomp")),
 }
 
+# kustomize-controller labels every object with the Kustomization that applies it.
+OWNER = {"kustomize.toolkit.fluxcd.io/name": "app", "kustomize.toolkit.fluxcd.io/namespace": FLUX}
 SMP_REPLICAS = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: written-ns\nspec:\n  replicas: 3\n"
 
 OVERLAY_CASES = [
@@ -206,7 +208,7 @@ OVERLAY_CASES = [
     pytest.param(
         {"commonMetadata": {"labels": {"team": "new", "tier": "x"}, "annotations": {"note": "y"}}},
         {
-            "ConfigMap/written-ns/cm": {"metadata.labels": {"team": "new", "tier": "x"}, "metadata.annotations": {"note": "y"}},
+            "ConfigMap/written-ns/cm": {"metadata.labels": {"team": "new", "tier": "x", **OWNER}, "metadata.annotations": {"note": "y"}},
             # metadata only: selectors and pod templates are untouched
             "Deployment/written-ns/web": {"metadata.labels.tier": "x", "spec.template.metadata.labels": {"app": "web"}, "spec.selector.matchLabels": {"app": "web"}},
         },
@@ -224,7 +226,7 @@ OVERLAY_CASES = [
     ),
     pytest.param(
         {"patches": [{"patch": "- op: add\n  path: /metadata/annotations\n  value: {hit: 'true'}\n", "target": {"kind": "Deployment"}}]},
-        {"Deployment/written-ns/web": {"metadata.annotations": {"hit": "true"}}, "ConfigMap/written-ns/cm": {"metadata.labels": {"team": "old"}}},
+        {"Deployment/written-ns/web": {"metadata.annotations": {"hit": "true"}}, "ConfigMap/written-ns/cm": {"metadata.labels": {"team": "old", **OWNER}}},
         id="patch-json6902-target-by-kind",
     ),
     pytest.param(

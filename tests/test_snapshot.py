@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.generate import KustomizationIndex
+from bot.engine import CheckOptions, check_snapshot
+from bot.kustomize import locate_kustomize
 from bot.snapshot import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit, normalise_repo_path
-from tests.fluxrepo import write_tree
+from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
 FILES = {
     # root .sourceignore: plain glob, negation, dir-only, anchored, path with a slash, `**`
@@ -211,13 +212,16 @@ def test_symlinks_and_limits(tmp_path: Path) -> None:
 
 
 def test_snapshot_never_writes_to_the_checkout(tmp_path: Path) -> None:
-    repo = write_tree(tmp_path / "repo", {"a/x.yaml": "a: 1\n"})
-    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    """A render writes Flux's kustomization files next to the snapshot, never into it (its files may be hard links)."""
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"
+    repo = write_tree(tmp_path / "repo", flux_repo({"a": ks("a", "./a", targetNamespace="t")}, {"a/x.yaml": cm, "b/kustomization.yaml": "resources: [x.yaml]\n", "b/x.yaml": cm}))
+    write_tree(repo, {"clusters/dev/b.yaml": dump(ks("b", "./b", namePrefix="p-"))})
+    before = {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     snap = build_snapshot(repo, tmp_path / "out")
-    KustomizationIndex(snap).ensure_kustomization("a")  # what a render writes (files may be hard links)
-    assert snap.read_text("a/kustomization.yaml") is not None
-    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before
-    assert (repo / "a/x.yaml").read_text() == "a: 1\n"
+    report = check_snapshot(snap, "dev", locate_kustomize(), CheckOptions())
+    assert not report.findings
+    assert {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert {p.relative_to(snap.root): p.read_bytes() for p in snap.root.rglob("*") if p.is_file()} == before
 
 
 TO_REPO_PATH_CASES = [
