@@ -246,13 +246,17 @@ IMAGE_CASES = [
     pytest.param({"name": "nginx", "newTag": "1.5"}, {"name": "nginx", "newName": "mirror.example/nginx"}, "mirror.example/nginx:1.5", id="name-keeps-the-files-tag"),
     pytest.param({"name": "nginx", "newTag": "1.5"}, {"name": "nginx", "digest": DIGEST}, f"nginx@{DIGEST}", id="digest-clears-the-files-tag"),
     pytest.param({"name": "redis", "newTag": "7"}, {"name": "nginx", "newTag": "3"}, "nginx:3", id="another-name-is-added"),
+    # written quoted: go-yaml v2 reads a plain 1234e56 as a number, and kustomize refuses a number for a tag
+    pytest.param({"name": "nginx", "newTag": "1.5"}, {"name": "nginx", "newTag": "1234e56"}, "nginx:1234e56", id="tag-go-yaml-reads-as-a-number"),
 ]
 
 
 @pytest.mark.parametrize("written,spec,image", IMAGE_CASES)
 def test_spec_images_merge_by_name(tmp_path: Path, binary: KustomizeBinary, written: dict[str, str], spec: dict[str, str], image: str) -> None:
     text = yaml.safe_dump({"resources": ["deploy.yaml"], "images": [written]})
-    _, cr = render(tmp_path, app_repo({"app/kustomization.yaml": text, "app/deploy.yaml": DEPLOY}, images=[spec]), binary)
+    files = app_repo({"app/kustomization.yaml": text, "app/deploy.yaml": DEPLOY}, images=[spec])
+    files["clusters/dev/app.yaml"] = files["clusters/dev/app.yaml"].replace("newTag: 1234e56", "newTag: '1234e56'")  # as the API server has it
+    _, cr = render(tmp_path, files, binary)
     assert errors(cr) == []
     assert by_ref(cr)["Deployment/default/web"].body["spec"]["template"]["spec"]["containers"][0]["image"] == image
 

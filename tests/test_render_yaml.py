@@ -19,7 +19,7 @@ from bot.model import Finding, TierId
 from bot.render import ClusterRender
 from bot.yamlio import load_stream
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, write_tree
-from tests.test_render import APP, app_repo, by_ref, render
+from tests.test_render import APP, OWNER, app_repo, by_ref, render
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
 
@@ -215,7 +215,7 @@ def test_a_redefined_anchor_renders_and_is_still_vetted(tmp_path: Path, binary: 
     kust = "resources: [&f cm.yaml]\nnamePrefix: &p p-\nnameSuffix: &p -s\ncommonAnnotations: {suffix: *p}\n"
     renderer, cr = render(tmp_path, app_repo({"app/kustomization.yaml": kust, "app/cm.yaml": text}), binary)
     body = rendered(cr)["ConfigMap/p-first-s"]
-    assert body["metadata"]["labels"] == {"a": "first", "b": "second", "c": "second"}
+    assert body["metadata"]["labels"] == {"a": "first", "b": "second", "c": "second", **OWNER}
     assert body["metadata"]["annotations"] == {"suffix": "-s"}
     assert body["data"] == {"x": "1", "y": "2"}
     assert renderer.locate(by_ref(cr)["ConfigMap/p-first-s"]).line == 1
