@@ -20,7 +20,7 @@ import yaml
 from bot.errors import InputError, InvalidYamlError
 from bot.model import TierSpec
 from bot.snapshot import KUSTOMIZATION_FILES, Snapshot
-from bot.yamlio import GoQuoting, check_aliases, compose_stream, load_all, load_one
+from bot.yamlio import GoQuoting, check_aliases, compose_stream, duplicate_keys, load_all, load_one
 
 # Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)|\?ref=|\.git(?:/|$)|//", re.I)
@@ -158,31 +158,28 @@ class KustomizationIndex:
             if any(_field(doc, key)):
                 info.problems.append(PathProblem(rel_file, key, "needs kustomize's --enable-helm, which Fluxwarden never passes"))
         for source_field, ref in _references(doc):
-            if source_field == "patchesStrategicMerge":
-                self._classify(info, ref, maybe_inline=True)
-            else:
-                self._classify(info, ref, plugin_config=source_field in _PLUGIN_FIELDS)
-        for key in _PLUGIN_FIELDS:
-            for entry in _entries(doc, key):
-                if isinstance(entry, str) and "\n" in entry:
-                    self._check_plugin_text(info, key, entry)
+            plugin = source_field in _PLUGIN_FIELDS
+            # kustomize reads a generators/transformers/validators or patchesStrategicMerge entry as YAML
+            # when it parses as objects, as a path otherwise (kusttarget_configplugin.go, PatchStrategicMergeTransformer.go).
+            if (plugin or source_field == "patchesStrategicMerge") and _is_inline(ref):
+                if plugin:
+                    self._check_plugin_text(info, source_field, ref)
+                continue
+            self._classify(info, ref, plugin_config=plugin)
         return info
 
-    def _classify(self, info: KustomizationInfo, ref: str, *, plugin_config: bool = False, maybe_inline: bool = False) -> None:
+    def _classify(self, info: KustomizationInfo, ref: str, *, plugin_config: bool = False) -> None:
         """Check one file reference of `info`'s kustomization and note what it reaches.
 
         kustomize joins a reference to the kustomization's directory lexically (`filepath.Join`), then
         the OS follows symlinks; a directory is loaded at its symlink-free path, so what it names is
-        relative to that path. `maybe_inline`: a patchesStrategicMerge entry, which kustomize reads as
-        patch text when it parses as YAML objects and as a file otherwise
-        (api/internal/builtins/PatchStrategicMergeTransformer.go loadFromPaths).
+        relative to that path.
         """
         rel_file = info.file or info.directory
-        inline = maybe_inline and _is_inline_patch(ref)
         local = posixpath.normpath(posixpath.join(info.directory, ref)) if not ref.startswith("/") else None
         # kustomize tries a reference as a local path before a remote one, so `apps//b` that exists is local.
         exists_locally = local is not None and not local.startswith("..") and self.snapshot.exists("" if local == "." else local)
-        if not inline and _REMOTE.search(ref) and not exists_locally:
+        if _REMOTE.search(ref) and not exists_locally:
             info.problems.append(PathProblem(rel_file, ref, "is a remote reference; Fluxwarden does not fetch remote bases"))
             return
         if ref.startswith("/"):
@@ -198,8 +195,6 @@ class KustomizationIndex:
         if real is None:
             info.problems.append(PathProblem(rel_file, ref, "resolves through a symlink to outside the repository"))
             return
-        if inline and not self.snapshot.is_file(real):
-            return  # patch text, not a file
         if self.snapshot.is_dir(real):
             info.directories.append(real)
             if plugin_config:
@@ -242,11 +237,8 @@ class KustomizationIndex:
             self._check_plugin_body(info, rel, body)
 
     def _check_plugin_text(self, info: KustomizationInfo, key: str, text: str) -> None:
-        try:
-            body = load_one(text, key)
-        except InputError:
-            return
-        self._check_plugin_body(info, key, body)
+        for body in load_all(text, key):  # (it parsed: see _is_inline)
+            self._check_plugin_body(info, key, body)
 
     def _check_plugin_body(self, info: KustomizationInfo, where: str, body: Any) -> None:
         if not isinstance(body, dict):
@@ -263,7 +255,8 @@ class KustomizationIndex:
         # A builtin reads its files relative to the kustomization that lists it, not to its own file
         # (kustomize api/internal/target/kusttarget.go: plugins are configured with that kustomization's loader).
         for ref in _plugin_references(body):
-            self._classify(info, ref, maybe_inline=body.get("kind") == "PatchStrategicMergeTransformer")
+            if body.get("kind") != "PatchStrategicMergeTransformer" or not _is_inline(ref):
+                self._classify(info, ref)
 
 
 # Builtin plugins that read files (kustomize api/internal/builtins: every `h.Loader().Load`).
@@ -281,7 +274,7 @@ def _plugin_references(body: Mapping[str, Any]) -> Iterator[str]:
     elif kind in ("PatchTransformer", "PatchJson6902Transformer"):
         yield from _strings(_field(body, "path"))
     elif kind == "PatchStrategicMergeTransformer":
-        yield from (p for p in _strings(_entries(body, "paths")) if "\n" not in p)
+        yield from _strings(_entries(body, "paths"))
     elif kind == "ReplacementTransformer":
         yield from _strings(v for r in _entries(body, "replacements") if isinstance(r, dict) for v in _field(r, "path"))
     elif kind == "ValueAddTransformer":
@@ -311,14 +304,17 @@ def _strings(values: Iterable[Any]) -> Iterator[str]:
     return (v for v in values if isinstance(v, str))
 
 
-def _is_inline_patch(text: str) -> bool:
-    """Whether kustomize takes a patchesStrategicMerge entry as patch text: it parses as a YAML mapping."""
-    if "\n" in text:
-        return True
+def _is_inline(text: str) -> bool:
+    """Whether kustomize takes an entry that may be a path or YAML as YAML: it parses as objects.
+
+    A text our parser reads but go-yaml v3 (kyaml) refuses would be a path to kustomize: with a
+    repeated key it is taken as a path here too, and checked as one.
+    """
     try:
-        return isinstance(load_one(text, "the patch"), dict)
+        documents = load_all(text, "the entry")
     except InputError:
         return False
+    return bool(documents) and all(isinstance(d, dict) for d in documents) and next(duplicate_keys(text), None) is None
 
 
 def kustomization_file(snapshot: Snapshot, directory: str) -> str | None:
@@ -329,9 +325,7 @@ def kustomization_file(snapshot: Snapshot, directory: str) -> str | None:
 def _references(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """Every path-like string a kustomization file names, with the field that names it."""
     for key in (*_PATH_FIELDS, "patchesStrategicMerge"):
-        for entry in _strings(_entries(doc, key)):
-            if "\n" not in entry:
-                yield key, entry
+        yield from ((key, entry) for entry in _strings(_entries(doc, key)))
     for key in ("patches", "patchesJson6902", "replacements"):
         for entry in _entries(doc, key):
             if isinstance(entry, dict):

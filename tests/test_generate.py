@@ -437,3 +437,30 @@ def test_a_skipped_component_that_appears_is_built_in(tmp_path: Path) -> None:
     review = review_repository(root, "dev", base, head)
     [tier] = review.diff.tiers
     assert (tier.tier, [c.ref.name for c in tier.changes]) == (APP, ["fromcomp"])
+
+
+NEWLINE_CASES = [
+    # a path component with a newline in it is still a path: `x\n/..` cancels like any other
+    pytest.param("resources: [a.yaml, \"x\\n/../{climb}{hostrel}/secret.yaml\"]\n", id="resource"),
+    # an entry that is not YAML objects is a path to kustomize, however many lines it has
+    pytest.param("generators: [\"not: [yaml\\n/../{climb}{hostrel}/secret.yaml\"]\n", id="generator-that-is-not-yaml"),
+    pytest.param("patchesStrategicMerge: [\"a: 1\\na: 2\\n/../{climb}{hostrel}/secret.yaml\"]\n", id="patch-with-a-repeated-key"),
+]
+
+
+@pytest.mark.parametrize("text", NEWLINE_CASES)
+def test_a_multi_line_entry_that_kustomize_reads_as_a_path_is_checked(tmp_path: Path, binary: KustomizeBinary, host: Path, text: str) -> None:
+    files = _fill({**_k(""), "app/kustomization.yaml": text.replace("{climb}", CLIMB)}, host)
+    logged, log = logging_binary(tmp_path, binary)
+    _, cr = render(tmp_path, app_repo(files), logged)
+    [finding] = [f for f in cr.findings if f.kustomization == APP]
+    assert (finding.check, "climbs out" in finding.message) == ("unsafe-path", True), finding
+    assert len(log.read_text().split()) == 1
+    assert MARKER not in json.dumps([m.body for _, m in cr.manifests()], default=str)
+
+
+def test_a_resource_file_name_with_a_newline_builds(tmp_path: Path, binary: KustomizeBinary) -> None:
+    files = app_repo({"app/kustomization.yaml": yaml.safe_dump({"resources": ["odd\nname.yaml"]}), "app/odd\nname.yaml": dump(cm("odd"))})
+    _, cr = render(tmp_path, files, binary)
+    assert errors(cr) == []
+    assert set(by_ref(cr)) == {"ConfigMap/odd"}

@@ -156,8 +156,9 @@ def test_generated_kustomization(
     assert errors(cr) == []
     assert set(by_ref(cr)) == rendered
     assert generated_resources(renderer.snapshot, "app") == listed
-    # Generated in the snapshot only: the checkout is never written to.
+    # Generated for the build only: neither the checkout nor the snapshot other tiers read is written to.
     assert not (tmp_path / "repo/app/kustomization.yaml").exists()
+    assert not (renderer.snapshot.root / "app/kustomization.yaml").exists()
 
 
 # The Flux spec fields kustomize-controller merges into the path's kustomization before building.
@@ -190,7 +191,7 @@ APP_FILES = {
 OWNER = {"kustomize.toolkit.fluxcd.io/name": "app", "kustomize.toolkit.fluxcd.io/namespace": FLUX}
 SMP_REPLICAS = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: written-ns\nspec:\n  replicas: 3\n"
 
-OVERLAY_CASES = [
+SPEC_CASES = [
     pytest.param(
         {"targetNamespace": "team"},
         {"ConfigMap/team/cm": {"data.a": "1"}, "Deployment/team/web": {"spec.replicas": 1}},
@@ -251,8 +252,8 @@ OVERLAY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("spec,expected", OVERLAY_CASES)
-def test_spec_overlay(tmp_path: Path, binary: KustomizeBinary, spec: dict[str, Any], expected: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("spec,expected", SPEC_CASES)
+def test_spec_fields(tmp_path: Path, binary: KustomizeBinary, spec: dict[str, Any], expected: dict[str, dict[str, Any]]) -> None:
     _, cr = render(tmp_path, app_repo(APP_FILES, **spec), binary)
     assert errors(cr) == []
     objects = by_ref(cr)
@@ -262,7 +263,7 @@ def test_spec_overlay(tmp_path: Path, binary: KustomizeBinary, spec: dict[str, A
             assert dig(objects[ref].body, path) == value, (ref, path)
 
 
-def test_existing_kustomization_gets_the_overlay_too(tmp_path: Path, binary: KustomizeBinary) -> None:
+def test_an_existing_kustomization_gets_the_spec_too(tmp_path: Path, binary: KustomizeBinary) -> None:
     files = app_repo(
         {"app/kustomization.yaml": "namespace: from-kustomization\nresources: [cm.yaml]\n", "app/cm.yaml": dump(cm("cm"))},
         targetNamespace="team",

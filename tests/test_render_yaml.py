@@ -143,7 +143,7 @@ def test_yaml_1_1_words_in_a_resource_file_stay_strings(tmp_path: Path, binary: 
 
 
 def test_an_image_tag_that_looks_like_a_number_in_the_spec(tmp_path: Path, binary: KustomizeBinary) -> None:
-    # The overlay Fluxwarden writes must say "1234e56" as a string, or kustomize reads a float and fails.
+    # The kustomization file Fluxwarden writes must say "1234e56" as a string, or kustomize reads a float and fails.
     deploy = dump({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
         "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}, {"name": "d", "image": "busybox"}]}}},

@@ -199,8 +199,9 @@ async def test_a_build_timeout_on_the_head_only_is_an_error_not_a_failure(start,
         "apps/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [app.yaml, slow.yaml]\n",
     })
     open_pull(fake, origin, 1, head)
-    # The overlay in DIR ($2) points at ../../repo/<tier path>: sleep past the timeout when that tier has the marker.
-    wrapper = kustomize_wrapper(tmp_path, "slow-head", 'if /bin/grep -rqs SLOW-BUILD "$2/../../repo/apps"; then exec /bin/sleep 20; fi\nreal "$@"\n')
+    # DIR ($2) mirrors the tier's path with links to what its kustomization names: sleep past the timeout
+    # when they reach the marker.
+    wrapper = kustomize_wrapper(tmp_path, "slow-head", 'if /bin/grep -Rqs SLOW-BUILD "$2"; then exec /bin/sleep 20; fi\nreal "$@"\n')
     monkeypatch.setenv("FLUXWARDEN_KUSTOMIZE", str(wrapper))
     async with start(kustomize_timeout=1.0) as h:
         await h.deliver("pull_request", pr_payload(1, head, origin.main))
