@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import binascii
+import dataclasses
 import itertools
 import json
 import threading
@@ -732,7 +733,7 @@ class Renderer:
                         if spec.id in scheduled:
                             # A Kustomization whose path holds its own file applies itself again: one definition.
                             if not _same_tier(scheduled[spec.id], spec) and spec.id != entry_spec.id:
-                                findings.append(_failed(spec.id, f"{spec.id} is defined more than once with different specs; the first one is used", spec.origin, Severity.WARNING))
+                                findings.append(_failed(spec.id, _redefined(scheduled[spec.id], spec), spec.origin, Severity.WARNING))
                             continue
                         chain = (*lineage.get(tid, (rendered.spec,)), spec)
                         beyond = self._beyond_limits(chain, len(scheduled), rendered_objects)
@@ -1200,6 +1201,17 @@ class _TierRun(NamedTuple):
     finish_findings: dict[TierId, list[Finding]]
     findings: list[Finding]
     better_entry: TierSpec | None
+
+
+def _redefined(first: TierSpec, second: TierSpec) -> str:
+    """Why two definitions of one Kustomization fight: both are applied (server-side, by the same field
+    manager), so each reconcile of one undoes the fields the other set."""
+    fields = [f.name for f in dataclasses.fields(TierSpec) if f.name not in ("defined_in", "origin") and getattr(first, f.name) != getattr(second, f.name)]
+    by = " and ".join(str(s.defined_in) if s.defined_in else "the cluster entry" for s in (first, second))
+    return (
+        f"{first.id} is applied by {by} with different specs ({', '.join(fields)} differ): each apply undoes the other's, "
+        "so its spec flips on every reconcile; the first one found is rendered"
+    )
 
 
 def _same_tier(a: TierSpec, b: TierSpec) -> bool:

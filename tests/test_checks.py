@@ -499,7 +499,7 @@ DUPLICATE_CASES = [
         set(), None, id="neg-child-of-kubeconfig-tier",
     ),
     pytest.param(
-        # A Kustomization applied twice is the render's "defined more than once".
+        # A Kustomization applied twice is the render's "with different specs" warning.
         repo({"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": [ks("c", "./c")], "b": [ks("c", "./c")], "c": [cm("c")]}),
         set(), None, id="neg-kustomization-objects",
     ),

@@ -881,7 +881,7 @@ def test_a_kustomization_that_applies_itself_is_one_definition(tmp_path: Path, b
     }
     _, cr = render(tmp_path, files, binary)
     assert "media/settings" in {f"{m.ref.namespace}/{m.ref.name}" for m in cr.tiers[TierId("media", "imagemaid")].manifests}
-    assert not [f for f in cr.findings if "more than once" in f.message]
+    assert not [f for f in cr.findings if "different specs" in f.message]
 
 
 def test_two_different_definitions_of_one_kustomization_are_reported(tmp_path: Path, binary: KustomizeBinary) -> None:
@@ -889,7 +889,9 @@ def test_two_different_definitions_of_one_kustomization_are_reported(tmp_path: P
         "tiers/x/app.yaml": dump(ks("app", "./apps/a")), "tiers/y/app.yaml": dump(ks("app", "./apps/b")),
         "apps/a/cm.yaml": dump(cm("a", "default")), "apps/b/cm.yaml": dump(cm("b", "default"))})
     _, cr = render(tmp_path, files, binary)
-    assert [f.check for f in cr.findings if "more than once" in f.message] == ["render-failed"]
+    [fight] = [f for f in cr.findings if "different specs" in f.message]
+    assert fight.severity == Severity.WARNING and "(path differ)" in fight.message and "flips on every reconcile" in fight.message
+    assert "flux-system/x and flux-system/y" in fight.message
 
 
 def test_a_kustomization_that_recreates_itself_under_a_growing_name_stops(tmp_path: Path, binary: KustomizeBinary) -> None:
