@@ -338,24 +338,23 @@ def _without_boms(text: str) -> str:
 
 def load_stream(text: str) -> list[Any]:
     """Every document of a YAML stream (None for an empty one), read as Flux reads it; raises yaml.YAMLError."""
-    text = _without_boms(text)
-    try:
-        return list(yaml.load_all(text, Loader=FastSafeLoader))
-    except yaml.YAMLError as exc:
-        if not _redefines_anchor(exc):
-            raise
-    return list(yaml.load_all(text, Loader=_RedefiningLoader))
+    return _read_stream(yaml.load_all, text)
 
 
 def compose_stream(text: str) -> list[yaml.Node]:
     """The node trees of a YAML stream (tags resolved, nothing constructed); raises yaml.YAMLError."""
+    return _read_stream(yaml.compose_all, text)
+
+
+def _read_stream(read: Callable[..., Iterator[Any]], text: str) -> list[Any]:
+    """`read` with the C loader, again with the slower one that lets an anchor be re-defined only when it must."""
     text = _without_boms(text)
     try:
-        return list(yaml.compose_all(text, Loader=FastSafeLoader))
+        return list(read(text, Loader=FastSafeLoader))
     except yaml.YAMLError as exc:
         if not _redefines_anchor(exc):
             raise
-    return list(yaml.compose_all(text, Loader=_RedefiningLoader))
+    return list(read(text, Loader=_RedefiningLoader))
 
 
 def _expanded_size(data: Any, budget: int) -> int:
