@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
     check.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
+    check.add_argument(
+        "--no-bootstrap", action="store_true",
+        help="judge a bare cluster: nothing the repository installs before Flux (helmfiles, scripts, bootstrap: in .fluxwarden.yaml) is assumed present",
+    )
     check.add_argument("--live", action="store_true", help="also check the merge preconditions on the live cluster (read-only)")
     check.add_argument("--kubeconfig", type=Path, help="with --live: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     check.add_argument("--context", help="with --live: kubeconfig context (default: its current-context)")
@@ -110,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir)
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap)
     if args.head and not args.base:
         raise UserError("--head needs --base")
     if (args.kubeconfig or args.context) and not args.live:

@@ -6,6 +6,7 @@ import fnmatch
 import hashlib
 import json
 import posixpath
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,6 +27,15 @@ class TierOrderConfig:
 
     file: str
     variable: str
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """`bootstrap:`: what is on the cluster before Flux's first reconcile that discovery cannot see."""
+
+    helmreleases: tuple[str, ...] = ()  # `namespace/name` of HelmReleases in git installed before Flux
+    crds: tuple[str, ...] = ()  # `group/Kind` of CRDs present before Flux
+    manifests: tuple[str, ...] = ()  # repo paths applied before Flux
 
 
 DRIFT_FIELDS = ("dependsOn", "wait", "prune")
@@ -67,6 +77,7 @@ class RepoConfig:
     # cluster -> tiers (`name` or `namespace/name`) every change must find Ready there (live preconditions)
     required_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     graph_drift_ignore: tuple[DriftIgnore, ...] = ()  # differences between clusters that are meant
+    bootstrap: BootstrapConfig = BootstrapConfig()  # declared presence before Flux (see bot/bootstrap.py)
 
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
@@ -104,7 +115,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{CONFIG_FILE} must be a mapping")
-    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift"}
+    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap"}
     if unknown:
         raise ConfigError(f"{CONFIG_FILE}: unknown key(s) {', '.join(sorted(unknown))}")
     return RepoConfig(
@@ -115,6 +126,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         strict_substitution=bool(doc.get("strict_substitution", False)),
         required_tiers=_required_tiers(doc.get("clusters") or {}),
         graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
+        bootstrap=_bootstrap(doc.get("bootstrap")),
     )
 
 
@@ -178,6 +190,39 @@ def _graph_drift(raw: Any) -> tuple[DriftIgnore, ...]:
             raise ConfigError(f"{where}.ignore: `clusters` must be a list of cluster names")
         out.append(DriftIgnore(tier.strip(), "dependsOn" if dep is not None else fld, dep.strip() if dep else None, tuple(clusters)))
     return tuple(out)
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _bootstrap(raw: Any) -> BootstrapConfig:
+    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path]}`."""
+    if raw is None:
+        return BootstrapConfig()
+    where = f"{CONFIG_FILE}: `bootstrap`"
+    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests"}:
+        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds` and `manifests` (lists)")
+    lists = {}
+    for key in ("helmreleases", "crds", "manifests"):
+        value = raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise ConfigError(f"{where}.{key} must be a list of strings")
+        lists[key] = [v.strip() for v in value]
+    for ref in lists["helmreleases"]:
+        namespace, _, name = ref.partition("/")
+        if not (_NAME.fullmatch(namespace) and _NAME.fullmatch(name)):
+            raise ConfigError(f"{where}.helmreleases: {ref!r} is not `namespace/name` of a HelmRelease")
+    for ref in lists["crds"]:
+        group, _, kind = ref.rpartition("/")
+        if not group or "." not in group or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", kind):
+            raise ConfigError(f"{where}.crds: {ref!r} is not `group/Kind` (e.g. cert-manager.io/ClusterIssuer)")
+    manifests = []
+    for path in lists["manifests"]:
+        normal = normalise_repo_path(path)
+        if normal is None:
+            raise ConfigError(f"{where}.manifests: {path!r} climbs out of the repository")
+        manifests.append(normal)
+    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests))
 
 
 def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:

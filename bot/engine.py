@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.bootstrap import Bootstrap, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.cache import BuildCache, cache_budget, versioned_key
 from bot.checks import CheckContext, run_checks
 from bot.config import RepoConfig, cluster_entry, known_clusters, snapshot_config
@@ -33,6 +34,7 @@ class CheckOptions:
     jobs: int | None = None
     timeout: float = 120.0
     cache_dir: Path | None = None  # None: no on-disk cache
+    bootstrap: bool = True  # False (`--no-bootstrap`): judge a bare cluster, nothing installed before Flux
 
 
 def tune_gc() -> None:
@@ -124,7 +126,7 @@ def check_snapshot(
     With `live` (no change to review), every tier of the cluster must be ready on it: the merge
     preconditions of a change that could touch any of them.
     """
-    analysis = analyse(make_renderer(snapshot, binary, options, cache, config=config), cluster, live=live)
+    analysis = analyse(make_renderer(snapshot, binary, options, cache, config=config), cluster, live=live, bootstrap=options.bootstrap)
     if live is None:
         return analysis.report
     required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))
@@ -150,18 +152,20 @@ def make_renderer(
     return Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache, finish_memo=finish_memo)
 
 
-def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> Analysis:
+def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, bootstrap: bool = True) -> Analysis:
     """Render a cluster (and its siblings, for graph-drift) and run every check.
 
     With `live`, CRDs on the cluster are providers too (who made them decides their tier), and an
-    info line says which providers came from the cluster.
+    info line says which providers came from the cluster. With `bootstrap` (the default), what the
+    repository installs before Flux starts is discovered once and each assumption is an info line;
+    without, a bare cluster is judged.
     """
     snapshot, config, cache, binary = renderer.snapshot, renderer.config, renderer.cache, renderer.binary
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code and this kustomize say so. Not with a live state, which changes between runs.
-    key = _findings_key(snapshot, config, cluster, binary) if cache is not None and live is None else None
+    key = _findings_key(snapshot, config, cluster, binary, bootstrap) if cache is not None and live is None else None
     findings = cache.get(key) if cache is not None and key is not None else None
     facts = FactsStore(knowledge, cache, renderer.finish_memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
@@ -175,6 +179,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> 
         }
         tier_facts = facts.of_render(render)
         providers = ProviderIndex(render, knowledge, tier_facts) if live is None else LiveProviderIndex(render, knowledge, live, tier_facts)
+        present = discover_bootstrap(snapshot, config, render, tier_facts, knowledge) if bootstrap else Bootstrap()
         ctx = CheckContext(
             render=render,
             graph=graph,
@@ -183,20 +188,26 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None) -> 
             config=config,
             other_graphs=others,
             locate=renderer.locate,
+            bootstrap=present,
         )
         findings = [
-            *render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render)
+            *render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
+            *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),
         ]
         if cache is not None and key is not None and not any(t.failed for t in render.tiers.values()):
             cache.put(key, findings)  # a failed build may be a timeout: never remembered
     return Analysis(render, graph, build_report(render, graph, findings), renderer)
 
 
-def _findings_key(snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary) -> str | None:
-    """The cache key of a commit's findings for one cluster under one configuration; None for a working tree (no tree id)."""
+def _findings_key(snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary, bootstrap: bool = True) -> str | None:
+    """The cache key of a commit's findings for one cluster under one configuration; None for a working tree (no tree id).
+
+    The bootstrap is read from the same tree (its id covers every helmfile and script), so only
+    `--no-bootstrap` adds to the key.
+    """
     if snapshot.tree is None:
         return None
-    return versioned_key("findings", binary.version, snapshot.tree.oid, config.digest(), cluster)
+    return versioned_key("findings", binary.version, snapshot.tree.oid, config.digest(), cluster, "bootstrap" if bootstrap else "bare")
 
 
 NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"

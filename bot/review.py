@@ -153,12 +153,12 @@ def review_repository(
         if prior is not None:
             head_renderer.build_ahead(prior.touched())  # the touched tiers build while the base renders
         try:
-            base_side: Analysis | None = analyse(base_renderer, cluster, live=live) if base_renderer is not None else None
+            base_side: Analysis | None = analyse(base_renderer, cluster, live=live, bootstrap=options.bootstrap) if base_renderer is not None else None
         except UserError:
             base_side = None  # the cluster is new in this change
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
-        head_side = analyse(head_renderer, cluster, live=live)
+        head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap)
         review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
         return _with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
 

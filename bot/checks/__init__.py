@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from bot.bootstrap import Bootstrap
 from bot.config import RepoConfig
 from bot.facts import ObjectStub, TierFacts
 from bot.graph import TierGraph
@@ -24,6 +25,7 @@ class CheckContext:
     config: RepoConfig
     other_graphs: Mapping[str, TierGraph]
     locate: Callable[[Manifest | ObjectStub], SourceLocation | None]
+    bootstrap: Bootstrap = Bootstrap()  # what exists before Flux's first reconcile (empty: --no-bootstrap)
 
     def tier_location(self, tier: TierId) -> SourceLocation | None:
         """Where the Flux Kustomization `tier` is written."""
