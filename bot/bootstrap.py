@@ -248,11 +248,10 @@ def _script_runs(snapshot: Snapshot, paths: list[str], helmfiles: list[str]) -> 
             if command == "template" and "kubectl" not in tail and "CustomResourceDefinition" not in tail:
                 continue  # rendered for reading, not applied
             target = _file_argument(match.group(1))
-            resolved = _resolve(snapshot, script, target, helmfiles) if target else _default_helmfile(snapshot, script)
-            if resolved is None:
-                continue
+            # Without `-f`, helmfile reads its working directory: taken as the script's.
+            resolved = _resolve(snapshot, script, target, helmfiles) if target else _default_in(snapshot, posixpath.dirname(script), helmfiles)
             crds_only = command == "template" and "CustomResourceDefinition" in tail
-            runs.append(ScriptRun(script, resolved, crds_only))
+            runs.extend(ScriptRun(script, path, crds_only) for path in resolved)
     return runs
 
 
@@ -262,47 +261,47 @@ def _file_argument(args: str) -> str | None:
     return match.group(1).strip("\"'") if match else None
 
 
-def _resolve(snapshot: Snapshot, script: str, target: str, helmfiles: list[str]) -> str | None:
-    """The repo path a script's `-f` names: variables and `{{ … }}` before it are read as "somewhere"; the tail decides.
+def _resolve(snapshot: Snapshot, script: str, target: str, helmfiles: list[str]) -> list[str]:
+    """The helmfile(s) a script's `-f` names: variables and `{{ … }}` before it are read as "somewhere"; the tail decides.
 
     `{{ source_directory() }}/helmfile/crds.yaml` in kubernetes/bootstrap/mod.just is
     kubernetes/bootstrap/helmfile/crds.yaml: a tail that exists next to the script wins, then one
     from the repository root, then the only helmfile whose path ends with it (the nearest to the script
-    when several do).
+    when several do). A directory (`-f helmfile.d`) is every helmfile in it.
     """
     tail = re.split(r"\}\}|\$\{[^}]*\}|\$\(?[A-Za-z_][A-Za-z0-9_]*\)?|\)", target)[-1]
     variable = tail != target
     tail = tail.lstrip("/")
     if not tail:
-        return None
+        return []
     base = posixpath.dirname(script)
     candidates = [posixpath.join(base, tail)] + ([tail] if variable or base else [])
     for candidate in candidates:
         rel = normalise_repo_path(candidate)
         if rel is not None and snapshot.is_file(rel):
-            return rel
+            return [rel]
         if rel is not None and snapshot.is_dir(rel):
-            return _default_in(snapshot, rel)
+            return _default_in(snapshot, rel, helmfiles)
     ending = normalise_repo_path(tail)
     if not variable or ending is None:
-        return None
+        return []
     matches = [h for h in helmfiles if h == ending or h.endswith("/" + ending)]
     if not matches:
-        return None
-    return max(matches, key=lambda h: (len(posixpath.commonpath([h, script])) if "/" in script else 0, -len(h)))
+        return []
+    return [max(matches, key=lambda h: (len(posixpath.commonpath([h, script])) if "/" in script else 0, -len(h)))]
 
 
-def _default_helmfile(snapshot: Snapshot, script: str) -> str | None:
-    """`helmfile sync` without `-f` reads `helmfile.yaml` (or `.gotmpl`) of its directory: taken as the script's."""
-    return _default_in(snapshot, posixpath.dirname(script))
+def _default_in(snapshot: Snapshot, directory: str, helmfiles: list[str]) -> list[str]:
+    """What `helmfile` reads in `directory` without `-f`: its `helmfile.yaml` (or `.gotmpl`), else every file of its `helmfile.d`.
 
-
-def _default_in(snapshot: Snapshot, directory: str) -> str | None:
+    A directory that is itself a `helmfile.d` (`-f helmfile.d`) is every helmfile in it.
+    """
     for name in ("helmfile.yaml", "helmfile.yaml.gotmpl", "helmfile.yml"):
         rel = posixpath.join(directory, name) if directory else name
         if snapshot.is_file(rel):
-            return rel
-    return None
+            return [rel]
+    folder = directory if posixpath.basename(directory) in _HELMFILE_DIRS else posixpath.join(directory, "helmfile.d") if directory else "helmfile.d"
+    return [h for h in helmfiles if posixpath.dirname(h) == folder]
 
 
 # -- helmfiles --------------------------------------------------------------------------------

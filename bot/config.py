@@ -214,7 +214,7 @@ def _bootstrap(raw: Any) -> BootstrapConfig:
             raise ConfigError(f"{where}.helmreleases: {ref!r} is not `namespace/name` of a HelmRelease")
     for ref in lists["crds"]:
         group, _, kind = ref.rpartition("/")
-        if not group or "." not in group or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", kind):
+        if not group or "." not in group or "/" in group or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", kind):
             raise ConfigError(f"{where}.crds: {ref!r} is not `group/Kind` (e.g. cert-manager.io/ClusterIssuer)")
     manifests = []
     for path in lists["manifests"]:

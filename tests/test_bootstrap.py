@@ -1,0 +1,446 @@
+"""The bootstrap model: what a repository installs before Flux's first reconcile, read from its files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot import engine
+from bot.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
+from bot.cli import main
+from bot.config import BootstrapConfig, load_repo_config, snapshot_config
+from bot.engine import CheckOptions, check_repository, render_repository
+from bot.errors import ConfigError
+from bot.model import Severity, TierId
+from bot.snapshot import GitTree, Snapshot
+from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
+
+
+def helmrelease(name: str, namespace: str, chart: str) -> dict:
+    return obj(
+        "helm.toolkit.fluxcd.io/v2", "HelmRelease", name, namespace,
+        spec={"interval": "1h", "chart": {"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "charts"}}}},
+    )
+
+
+# The cluster's HelmReleases in git: cert-manager, kube-prometheus-stack, flux-operator, flux-instance.
+INFRA = dump(
+    helmrelease("cert-manager", "cert-manager", "cert-manager"),
+    helmrelease("kube-prometheus-stack", "observability", "kube-prometheus-stack"),
+    helmrelease("flux-operator", "flux-system", "flux-operator"),
+    helmrelease("flux-instance", "flux-system", "flux-instance"),
+)
+
+
+def repo(tmp_path: Path, extra: dict[str, str]) -> Path:
+    files = flux_repo(
+        {"infra": ks("infra", "./infra"), "apps": ks("apps", "./apps", depends_on=["infra"], wait=True)},
+        {
+            "infra/kustomization.yaml": kustomization("releases.yaml"),
+            "infra/releases.yaml": INFRA,
+            "apps/kustomization.yaml": kustomization("cm.yaml"),
+            "apps/cm.yaml": dump(obj("v1", "ConfigMap", "c", "default")),
+            **extra,
+        },
+    )
+    return write_tree(tmp_path / "repo", files)
+
+
+def discover(root: Path) -> Bootstrap:
+    with render_repository(root, "dev") as built:
+        snapshot = built.render.snapshot
+        return discover_bootstrap(snapshot, snapshot_config(snapshot), built.render)
+
+
+def descriptions(bootstrap: Bootstrap) -> list[str]:
+    return [e.description for e in bootstrap.entries]
+
+
+APPS_HELMFILE = """
+    helmDefaults:
+      wait: true
+    releases:
+      - name: cert-manager
+        namespace: cert-manager
+        chart: oci://quay.io/jetstack/charts/cert-manager
+      - name: external-secrets      # no HelmRelease in git: its chart's CRDs still count
+        namespace: external-secrets
+        chart: external-secrets/external-secrets
+      - name: flux-operator
+        namespace: flux-system
+        chart: oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator
+      - name: flux-instance
+        namespace: flux-system
+        chart: oci://ghcr.io/controlplaneio-fluxcd/charts/flux-instance
+      - name: disabled
+        namespace: default
+        chart: x/disabled
+        installed: false
+"""
+
+
+def test_plain_helmfile_in_bootstrap_dir(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {"bootstrap/helmfile.yaml": APPS_HELMFILE}))
+    assert found.releases == {("cert-manager", "cert-manager"), ("flux-system", "flux-operator"), ("flux-system", "flux-instance")}
+    assert found.crd_releases == frozenset()
+    assert found.crd_charts == {"external-secrets"}  # matched to the knowledge base's chart
+    kinds = [e.kind for e in found.entries]
+    assert kinds == ["release", "flux-instance"]
+    release = found.entries[0]
+    assert release.source == "bootstrap/helmfile.yaml"
+    assert release.description.startswith("4 releases from bootstrap/helmfile.yaml (cert-manager/cert-manager, external-secrets/external-secrets,")
+    assert "no HelmRelease in git for external-secrets (chart external-secrets)" in release.description
+    assert "run by no script found" in release.description
+    assert "FluxInstance from release flux-system/flux-instance" in found.entries[1].description
+
+
+CRDS_HELMFILE = """
+    helmDefaults:
+      args: [--include-crds, --no-hooks]
+    releases:
+      - name: kube-prometheus-stack
+        namespace: observability
+        chart: oci://ghcr.io/prometheus-community/charts/kube-prometheus-stack
+      - name: keda
+        namespace: keda
+        chart: kedacore/keda
+"""
+
+
+@pytest.mark.parametrize(
+    "script, text",
+    [
+        (
+            "bootstrap/mod.just",
+            """
+            crds:
+                helmfile -f "{{ source_directory() }}/helmfile/crds.yaml" template -q | yq ea -e 'select(.kind == "CustomResourceDefinition")' \\
+                    | kubectl apply --server-side -f -
+            apps:
+                helmfile -f "{{ source_directory() }}/helmfile/apps.yaml" sync --hide-notes
+            """,
+        ),
+        (
+            "Taskfile.yaml",
+            """
+            version: "3"
+            tasks:
+              bootstrap:
+                cmds:
+                  - helmfile --file {{.ROOT_DIR}}/bootstrap/helmfile/crds.yaml template | yq 'select(.kind == "CustomResourceDefinition")' | kubectl apply -f -
+                  - helmfile --file {{.ROOT_DIR}}/bootstrap/helmfile/apps.yaml apply
+            """,
+        ),
+        (
+            "scripts/bootstrap.sh",
+            """
+            #!/usr/bin/env bash
+            set -euo pipefail
+            ROOT="$(git rev-parse --show-toplevel)"
+            helmfile --file "${ROOT}/bootstrap/helmfile/crds.yaml" template --quiet \\
+              | yq eval-all 'select(.kind == "CustomResourceDefinition")' - | kubectl apply --server-side -f -
+            helmfile --file "${ROOT}/bootstrap/helmfile/apps.yaml" sync
+            """,
+        ),
+    ],
+)
+def test_crd_only_helmfile_read_from_the_script_that_runs_it(tmp_path: Path, script: str, text: str) -> None:
+    # Named apps.yaml/crds.yaml in a `helmfile` directory, as bjw-s-labs/home-ops and its kind do.
+    crds = CRDS_HELMFILE.replace("args: [--include-crds, --no-hooks]", "wait: true")  # the script alone says CRD-only
+    found = discover(repo(tmp_path, {"bootstrap/helmfile/crds.yaml": crds, "bootstrap/helmfile/apps.yaml": APPS_HELMFILE, script: text}))
+    assert found.crd_releases == {("observability", "kube-prometheus-stack")}
+    assert found.crd_charts == {"keda", "external-secrets"}
+    assert ("cert-manager", "cert-manager") in found.releases
+    crd_entry = next(e for e in found.entries if e.kind == "crd-release")
+    assert crd_entry.source == "bootstrap/helmfile/crds.yaml"
+    assert crd_entry.description.startswith("2 CRD-only releases from bootstrap/helmfile/crds.yaml (observability/kube-prometheus-stack, keda/keda)")
+    assert f"run by {script}" in crd_entry.description
+
+
+def test_script_sync_wins_over_crd_flags(tmp_path: Path) -> None:
+    """`--include-crds` marks a CRD helmfile only when no script says otherwise: one that syncs it installs everything."""
+    found = discover(repo(tmp_path, {
+        "bootstrap/crds/helmfile.yaml": CRDS_HELMFILE,
+        "bootstrap/run.sh": "helmfile -f bootstrap/crds/helmfile.yaml sync\n",
+    }))
+    assert found.releases == {("observability", "kube-prometheus-stack")}
+    assert found.crd_releases == frozenset()
+
+
+def test_include_crds_without_a_script(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {"bootstrap/crds/helmfile.yaml": CRDS_HELMFILE}))
+    assert found.crd_releases == {("observability", "kube-prometheus-stack")}
+    assert found.releases == frozenset()
+    assert "its helmDefaults.args carry --include-crds" in found.entries[0].description
+
+
+def test_helmfile_d_directory(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {
+        "helmfile.d/00-crds.yaml": CRDS_HELMFILE,
+        "helmfile.d/10-apps.yaml": APPS_HELMFILE,
+        "Makefile": "bootstrap:\n\thelmfile -f helmfile.d sync\n",
+    }))
+    # Both are synced by the Makefile: everything installed, CRD flags or not.
+    assert {("observability", "kube-prometheus-stack"), ("cert-manager", "cert-manager")} <= found.releases
+    assert [e.source for e in found.entries if e.kind == "release"] == ["helmfile.d/00-crds.yaml", "helmfile.d/10-apps.yaml"]
+
+
+GOTMPL = """
+    {{- $env := .Environment.Name }}
+    helmDefaults:
+      wait: true
+      timeout: {{ .Values.timeout | default 600 }}
+    templates:
+      default:
+        chart: '{{ (fromYaml (readFile "./templates/release.yaml.gotmpl")).chart }}'
+        values: ["./templates/values.yaml.gotmpl"]
+    releases:
+      - name: cert-manager
+        namespace: cert-manager
+        inherit: [{template: default}]
+    {{- if eq $env "prod" }}
+      - name: kube-prometheus-stack
+        namespace: observability
+        chart: prometheus-community/kube-prometheus-stack
+    {{- end }}
+    {{- range $app := list "a" "b" }}
+      - name: {{ $app }}
+        namespace: {{ $app }}
+    {{- end }}
+      - name: spegel
+        namespace: kube-system
+        chart: '{{ .Values.chart }}'
+"""
+
+
+def test_gotmpl_left_unrendered(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {"bootstrap/helmfile.yaml.gotmpl": GOTMPL}))
+    # Both branches of an `if` are read; a templated chart with no HelmRelease in git and an unknown release name counts for nothing.
+    assert found.releases == {("cert-manager", "cert-manager"), ("observability", "kube-prometheus-stack")}
+    assert found.crd_charts == {"spegel"}  # templated chart, but the release name is a chart the knowledge base knows
+    entry = found.entries[0]
+    assert "1 release(s) with a templated name not read" in entry.description
+
+
+def test_untemplate_keeps_yaml_shape() -> None:
+    text = "a: 1\n{{- if x }}\nb: '{{ .Values.y }}'\n{{ end }}\nc: {{ .z\n  | default 1 }}\n"
+    assert untemplate(text) == "a: 1\nb: '__fluxwarden_template__'\nc: __fluxwarden_template__"
+
+
+def test_bases_and_hooks(tmp_path: Path) -> None:
+    """`bases:` bring templates; a release hook that `kubectl apply`s a repo path makes those objects present."""
+    found = discover(repo(tmp_path, {
+        "kubernetes/bootstrap/helmfile/default.yaml": "templates:\n  default:\n    chart: '{{ .Release.Name }}'\n",
+        "kubernetes/bootstrap/helmfile/apps.yaml": """
+            bases: [default.yaml]
+            releases:
+              - name: cert-manager
+                namespace: cert-manager
+                inherit: [{template: default}]
+                hooks:
+                  - command: kubectl
+                    args: [apply, --server-side, --kustomize=../../../infra/]
+                    events: [postsync]
+                  - command: kubectl
+                    args: [apply, -f, ../missing.yaml]
+                    events: [postsync]
+        """,
+    }))
+    assert found.releases == {("cert-manager", "cert-manager")}
+    assert found.manifests == ("infra",)
+    assert any(e.kind == "manifests" and "infra" in e.description for e in found.entries)
+
+
+def test_helmfile_outside_bootstrap_not_counted(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {"tools/dev/helmfile.yaml": CRDS_HELMFILE.replace("args: [--include-crds, --no-hooks]", "wait: true")}))
+    assert found.empty
+    assert descriptions(found) == ["helmfile tools/dev/helmfile.yaml not counted: no script runs it and it is not in a bootstrap directory"]
+
+
+@pytest.mark.parametrize("text", ["releases: [\n  - name: x\n", "{{ if }}\nreleases:\n  - name: a\n  namespace: {oops\n", "releases:\n  - name: a\n\tnamespace: b\n"])
+def test_malformed_helmfile_is_an_info_line(tmp_path: Path, text: str) -> None:
+    root = repo(tmp_path, {"bootstrap/helmfile.yaml": text})
+    found = discover(root)
+    assert found.empty
+    assert [e.kind for e in found.entries] == ["unread"]
+    assert found.entries[0].description.startswith("helmfile bootstrap/helmfile.yaml not read (")
+    report = check_repository(root, "dev")
+    infos = [f for f in report.findings if f.check == "bootstrap"]
+    assert len(infos) == 1 and infos[0].severity is Severity.INFO
+
+
+def test_script_applies_paths_and_crd_urls(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {
+        "bootstrap/kustomize/kustomization.yaml": kustomization("secret.yaml"),
+        "bootstrap/kustomize/secret.yaml": dump(obj("v1", "Secret", "s", "flux-system")),
+        "bootstrap/mod.just": """
+            base:
+                kustomize build {{ source_directory() }}/kustomize | just template - | kubectl apply --server-side -f -
+                for dir in apps/*/; do kustomize build "$dir" | yq 'select(.kind == "Namespace")' | kubectl apply -f -; done
+            crds:
+                #!/usr/bin/env bash
+                crds=(
+                    "https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.4.0/standard-install.yaml"
+                    "https://github.com/prometheus-operator/prometheus-operator/releases/download/v0.87.1/stripped-down-crds.yaml"
+                    "https://example.com/other.yaml"
+                )
+                for crd in "${crds[@]}"; do kubectl apply --server-side -f "$crd"; done
+        """,
+    }))
+    assert found.manifests == ("bootstrap/kustomize",)
+    assert ("gateway.networking.k8s.io", "HTTPRoute") in found.crds
+    assert ("gateway.networking.k8s.io", "TCPRoute") not in found.crds  # standard, not experimental
+    assert found.crd_charts == {"prometheus-operator-crds"}
+    assert "1 manifest URL applied by bootstrap/mod.just not read (remote: other.yaml)" in " ".join(descriptions(found))
+
+
+STANDUP = """
+    #!/usr/bin/env bash
+    TIER_ORDER=(
+      infra
+      apps
+    )
+    cmd_suspend() {
+      for (( i=${#TIER_ORDER[@]}-1; i>=0; i-- )); do flux suspend kustomization "${TIER_ORDER[i]}"; done
+    }
+    cmd_resume() {
+      for tier in "${TIER_ORDER[@]}"; do
+        flux resume kustomization "$tier" --wait=false
+        kubectl -n flux-system wait "kustomization/$tier" --for=condition=Ready --timeout=20m
+      done
+    }
+"""
+
+
+def test_tier_order_script(tmp_path: Path) -> None:
+    config = ".fluxwarden.yaml"
+    found = discover(repo(tmp_path, {"bootstrap/standup.sh": STANDUP, config: "tier_order: {file: bootstrap/standup.sh, variable: TIER_ORDER}\n"}))
+    assert found.tier_order == (TierId("flux-system", "infra"), TierId("flux-system", "apps"))
+    assert descriptions(found) == ["bootstrap/standup.sh applies 2 tiers one by one, each Ready before the next: infra → apps"]
+
+
+def test_tier_order_that_only_suspends_orders_nothing(tmp_path: Path) -> None:
+    script = STANDUP.split("cmd_resume")[0]
+    found = discover(repo(tmp_path, {"bootstrap/standup.sh": script, ".fluxwarden.yaml": "tier_order: {file: bootstrap/standup.sh, variable: TIER_ORDER}\n"}))
+    assert found.tier_order == ()
+    assert found.entries[0].kind == "unread"
+
+
+def test_k3s_and_talos(tmp_path: Path) -> None:
+    crd = obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.com", spec={"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}})
+    talos_patch = {
+        "cluster": {
+            "inlineManifests": [{"name": "crds", "contents": dump(crd, obj("v1", "Namespace", "tools"))}],
+            "extraManifests": ["https://example.com/a.yaml"],
+        }
+    }
+    found = discover(repo(tmp_path, {"ansible/roles/k3s/defaults/main.yml": "k3s_version: v1.31\n", "talos/patches/cluster.yaml": dump(talos_patch)}))
+    assert found.crds == {("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig"), ("example.com", "Widget")}
+    text = " ".join(descriptions(found))
+    assert "k3s (seen in ansible/roles/k3s/defaults/main.yml)" in text
+    assert "2 objects in Talos inlineManifests of talos/patches/cluster.yaml (CustomResourceDefinition, Namespace)" in text
+    assert "1 Talos extraManifests URL in talos/patches/cluster.yaml not read" in text
+
+
+def test_nothing_shown_nothing_assumed(tmp_path: Path) -> None:
+    found = discover(repo(tmp_path, {}))
+    assert found == Bootstrap()
+
+
+# -- declared ---------------------------------------------------------------------------------
+
+
+def test_declared(tmp_path: Path) -> None:
+    config = """
+        bootstrap:
+          helmreleases: [cert-manager/cert-manager, kube-system/cilium]
+          crds: [cert-manager.io/ClusterIssuer]
+          manifests: [./apps, bootstrap/gone]
+    """
+    found = discover(repo(tmp_path, {".fluxwarden.yaml": config}))
+    assert found.releases == {("cert-manager", "cert-manager"), ("kube-system", "cilium")}
+    assert found.crds == {("cert-manager.io", "ClusterIssuer")}
+    assert found.manifests == ("apps",)
+    assert descriptions(found) == [
+        "2 HelmReleases declared installed before Flux: cert-manager/cert-manager, kube-system/cilium (kube-system/cilium not in this cluster's render)",
+        "1 CRD declared present before Flux: cert-manager.io/ClusterIssuer",
+        "2 paths declared applied before Flux: apps, bootstrap/gone (bootstrap/gone not in the repository: ignored)",
+    ]
+    assert all(e.source == ".fluxwarden.yaml" for e in found.entries)
+
+
+def test_declared_config_parsed() -> None:
+    config = load_repo_config("bootstrap: {helmreleases: [a/b], crds: [example.com/Widget], manifests: [/x/]}\n")
+    assert config.bootstrap == BootstrapConfig(("a/b",), ("example.com/Widget",), ("x",))
+    assert load_repo_config("bootstrap:\n") .bootstrap == BootstrapConfig()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("bootstrap: [a]", "`bootstrap` must be a mapping of `helmreleases`, `crds` and `manifests`"),
+        ("bootstrap: {charts: [a]}", "`bootstrap` must be a mapping"),
+        ("bootstrap: {helmreleases: cert-manager}", "`bootstrap`.helmreleases must be a list of strings"),
+        ("bootstrap: {helmreleases: [cert-manager]}", "'cert-manager' is not `namespace/name` of a HelmRelease"),
+        ("bootstrap: {crds: [ClusterIssuer]}", "'ClusterIssuer' is not `group/Kind`"),
+        ("bootstrap: {crds: [cert-manager.io/v1/ClusterIssuer]}", "is not `group/Kind`"),
+        ("bootstrap: {manifests: [../outside]}", "'../outside' climbs out of the repository"),
+    ],
+)
+def test_declared_config_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        load_repo_config(text)
+    assert message in str(info.value)
+
+
+# -- engine ------------------------------------------------------------------------------------
+
+
+def test_check_prints_info_lines_and_keeps_the_model_on_the_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    real = engine.run_checks
+    monkeypatch.setattr(engine, "run_checks", lambda ctx: seen.append(ctx.bootstrap) or real(ctx))
+    root = repo(tmp_path, {"bootstrap/helmfile.yaml": APPS_HELMFILE})
+    report = check_repository(root, "dev")
+    lines = [f for f in report.findings if f.check == "bootstrap"]
+    assert [f.severity for f in lines] == [Severity.INFO, Severity.INFO]
+    assert lines[0].message.startswith("bootstrap: 4 releases from bootstrap/helmfile.yaml")
+    assert str(lines[0].location) == "bootstrap/helmfile.yaml"
+    assert seen[0].releases == {("cert-manager", "cert-manager"), ("flux-system", "flux-operator"), ("flux-system", "flux-instance")}
+    bare = check_repository(root, "dev", CheckOptions(bootstrap=False))
+    assert [f.message for f in bare.findings if f.check == "bootstrap"] == [
+        "bootstrap: not read (--no-bootstrap): a bare cluster is judged, only Flux and built-in APIs present"
+    ]
+    assert seen[1] == Bootstrap()
+
+
+def test_bootstrap_findings_one_per_entry() -> None:
+    assert bootstrap_findings(Bootstrap()) == []
+
+
+def test_no_bootstrap_is_in_the_findings_key(tmp_path: Path) -> None:
+    snapshot = Snapshot(tmp_path, (), tree=GitTree("a" * 40, {}, set(), lambda oid: b"", tmp_path))
+    binary = engine.locate_kustomize(None)
+    config = load_repo_config(None)
+    keys = {engine._findings_key(snapshot, config, "dev", binary, flag) for flag in (True, False)}
+    assert len(keys) == 2
+    declared = load_repo_config("bootstrap: {crds: [example.com/Widget]}")
+    assert engine._findings_key(snapshot, declared, "dev", binary) not in keys  # the declared bootstrap is in the config digest
+
+
+def test_cli_no_bootstrap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = repo(tmp_path, {"bootstrap/helmfile.yaml": APPS_HELMFILE})
+    main(["check", "--repo", str(root), "--cluster", "dev", "--no-cache", "--format", "json", "--no-bootstrap"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert [f["message"] for f in findings if f["check"] == "bootstrap"][0].startswith("bootstrap: not read (--no-bootstrap)")
+    main(["check", "--repo", str(root), "--cluster", "dev", "--no-cache", "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert len([f for f in findings if f["check"] == "bootstrap"]) == 2
+
+
+def test_parse_helmfile_release_defaults(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"h.yaml": "releases:\n  - name: a\n    chart: x/a\n---\nreleases:\n  - name: b\n    namespace: ns\n"})
+    parsed = parse_helmfile(Snapshot(tmp_path, ()), "h.yaml")
+    assert [(r.namespace, r.name, r.chart) for r in parsed.releases] == [("default", "a", "x/a"), ("ns", "b", None)]
