@@ -613,7 +613,7 @@ def _tier_order(snapshot: Snapshot, config: RepoConfig, render: ClusterRender, f
 def _waits_in_order(text: str, variable: str) -> bool:
     """Whether a `for x in "${VAR[@]}"` (or `$VAR`) loop's body waits for each tier to be Ready."""
     loop = re.compile(rf"for\s+(\w+)\s+in\s+\"?\$\{{?{re.escape(variable)}(?:\[[@*]\])?\}}?\"?\s*;?\s*(?:\n\s*)?do\b(.*?)\bdone\b", re.S)
-    for match in loop.finditer(text):
+    for match in loop.finditer(re.sub(r"\\\r?\n", " ", text)):  # `\` continuations joined
         body = match.group(2)
         if re.search(r"kubectl\b[^\n]*\bwait\b[^\n]*condition=Ready", body, re.S):
             return True

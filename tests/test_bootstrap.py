@@ -308,7 +308,8 @@ STANDUP = """
     cmd_resume() {
       for tier in "${TIER_ORDER[@]}"; do
         flux resume kustomization "$tier" --wait=false
-        kubectl -n flux-system wait "kustomization/$tier" --for=condition=Ready --timeout=20m
+        kubectl -n flux-system wait "kustomization/$tier" \\
+          --for=condition=Ready --timeout=20m
       done
     }
 """
