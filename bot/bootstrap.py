@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.config import RepoConfig
+from bot.config import RepoConfig, known_clusters
 from bot.errors import InputError, TierOrderError
 from bot.facts import FactsStore, TierFacts
 from bot.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
@@ -128,7 +128,8 @@ def discover_bootstrap(
         facts = FactsStore(knowledge).of_render(render)
     in_git = _helm_releases(facts)
     found = _Found()
-    paths = _walk(snapshot)
+    others = [path for name, path in known_clusters(config, snapshot).items() if name != render.cluster and path != render.entry]
+    paths = [p for p in _walk(snapshot) if not _nearer_another_cluster(p, render.entry, others)]
     helmfile_paths = [p for p in paths if _is_helmfile(p)]
     runs = _script_runs(snapshot, paths, helmfile_paths)
     for path in sorted({*helmfile_paths, *(r.helmfile for r in runs)}):
@@ -197,6 +198,25 @@ def _walk(snapshot: Snapshot) -> list[str]:
     return out
 
 
+def _nearer_another_cluster(path: str, entry: str, others: list[str]) -> bool:
+    """Whether a file sits with another cluster's entry rather than this one's (kubernetes/staging/bootstrap/…
+    when checking kubernetes/main/flux/cluster): each cluster of a repository has its own bootstrap."""
+    if not others:
+        return False
+    mine = _shared(path, entry)
+    return any(_shared(path, other) > mine for other in others)
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading directories two repo paths share."""
+    count = 0
+    for x, y in zip(posixpath.dirname(a).split("/"), b.split("/")):
+        if x != y or not x:
+            break
+        count += 1
+    return count
+
+
 def _is_helmfile(path: str) -> bool:
     """`helmfile.yaml`, `helmfile.yaml.gotmpl`, `helmfile-x.yaml`, or a YAML file in a `helmfile.d`/`helmfile` directory."""
     name, parent = posixpath.basename(path), posixpath.basename(posixpath.dirname(path))
@@ -214,9 +234,22 @@ def _is_script(path: str) -> bool:
 # -- scripts ----------------------------------------------------------------------------------
 
 
+_YAML_BLOCK = re.compile(r"^\s*(?:-\s*|[\w.-]+:\s*)?\|[-+]?\s*$")  # `cmd: |`, `- |`: a YAML block scalar, not a pipe
+
+
 def _logical_lines(text: str) -> list[str]:
-    """Lines with `\\` continuations joined, each `{{ … }}` (just, Task) written `{{}}` so that it stays one word."""
-    return _TEMPLATE_ACTION.sub("{{}}", re.sub(r"\\\r?\n", " ", text)).splitlines()
+    """Shell lines with continuations joined (`\\`, and a line ending in a pipe), each `{{ … }}` (just, Task)
+    written `{{}}` so that it stays one word."""
+    lines: list[str] = []
+    pending = ""
+    for line in _TEMPLATE_ACTION.sub("{{}}", re.sub(r"\\\r?\n", " ", text)).splitlines():
+        line = pending + line
+        if line.rstrip().endswith("|") and not _YAML_BLOCK.match(line):
+            pending = line.rstrip() + " "
+            continue
+        pending = ""
+        lines.append(line)
+    return lines + ([pending] if pending else [])
 
 
 def _script_runs(snapshot: Snapshot, paths: list[str], helmfiles: list[str]) -> list[ScriptRun]:

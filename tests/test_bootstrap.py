@@ -129,7 +129,8 @@ CRDS_HELMFILE = """
             tasks:
               bootstrap:
                 cmds:
-                  - helmfile --file {{.ROOT_DIR}}/bootstrap/helmfile/crds.yaml template | yq 'select(.kind == "CustomResourceDefinition")' | kubectl apply -f -
+                  - |
+                    helmfile --file {{.ROOT_DIR}}/bootstrap/helmfile/crds.yaml template | yq 'select(.kind == "CustomResourceDefinition")' | kubectl apply -f -
                   - helmfile --file {{.ROOT_DIR}}/bootstrap/helmfile/apps.yaml apply
             """,
         ),
@@ -139,8 +140,8 @@ CRDS_HELMFILE = """
             #!/usr/bin/env bash
             set -euo pipefail
             ROOT="$(git rev-parse --show-toplevel)"
-            helmfile --file "${ROOT}/bootstrap/helmfile/crds.yaml" template --quiet \\
-              | yq eval-all 'select(.kind == "CustomResourceDefinition")' - | kubectl apply --server-side -f -
+            helmfile --file "${ROOT}/bootstrap/helmfile/crds.yaml" template --quiet |
+              yq eval-all 'select(.kind == "CustomResourceDefinition")' - | kubectl apply --server-side -f -
             helmfile --file "${ROOT}/bootstrap/helmfile/apps.yaml" sync
             """,
         ),
@@ -445,3 +446,25 @@ def test_parse_helmfile_release_defaults(tmp_path: Path) -> None:
     write_tree(tmp_path, {"h.yaml": "releases:\n  - name: a\n    chart: x/a\n---\nreleases:\n  - name: b\n    namespace: ns\n"})
     parsed = parse_helmfile(Snapshot(tmp_path, ()), "h.yaml")
     assert [(r.namespace, r.name, r.chart) for r in parsed.releases] == [("default", "a", "x/a"), ("ns", "b", None)]
+
+
+def test_each_cluster_reads_its_own_bootstrap(tmp_path: Path) -> None:
+    """kubernetes/<cluster>/bootstrap belongs to that cluster; a bootstrap at the root serves every cluster."""
+    files = {}
+    for cluster in ("main", "staging"):
+        files.update({
+            f"kubernetes/{cluster}/flux/cluster/kustomization.yaml": kustomization("infra.yaml"),
+            f"kubernetes/{cluster}/flux/cluster/infra.yaml": dump(ks("infra", f"./kubernetes/{cluster}/infra")),
+            f"kubernetes/{cluster}/infra/kustomization.yaml": kustomization("releases.yaml"),
+            f"kubernetes/{cluster}/infra/releases.yaml": INFRA,
+            f"kubernetes/{cluster}/bootstrap/helmfile.yaml": f"releases:\n  - {{name: cert-manager, namespace: cert-manager, chart: x/cert-manager}}\n  - {{name: {cluster}-only, namespace: x, chart: x/keda}}\n",
+        })
+    files["bootstrap/helmfile.yaml"] = "releases:\n  - {name: kube-prometheus-stack, namespace: observability, chart: x/kube-prometheus-stack}\n"
+    files[".fluxwarden.yaml"] = "clusters:\n  main: {path: kubernetes/main/flux/cluster}\n  staging: {path: kubernetes/staging/flux/cluster}\n"
+    root = write_tree(tmp_path / "repo", files)
+    with render_repository(root, "main") as built:
+        snapshot = built.render.snapshot
+        found = discover_bootstrap(snapshot, snapshot_config(snapshot), built.render)
+    assert found.releases == {("cert-manager", "cert-manager"), ("observability", "kube-prometheus-stack")}
+    assert [e.source for e in found.entries] == ["bootstrap/helmfile.yaml", "kubernetes/main/bootstrap/helmfile.yaml"]
+    assert "main-only" in found.entries[1].description and "staging-only" not in " ".join(descriptions(found))

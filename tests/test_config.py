@@ -100,3 +100,9 @@ def test_configured_entry_paths(tmp_path: Path) -> None:
     config = load_repo_config("clusters: {main: {path: ./kubernetes/flux/cluster}}\n")
     assert cluster_entry(config, "main", Snapshot(tmp_path, ())) == "kubernetes/flux/cluster"
     assert known_clusters(config, Snapshot(tmp_path, ())) == {"main": "kubernetes/flux/cluster"}
+
+
+def test_example_config_declares_a_bootstrap() -> None:
+    config = load_repo_config((ROOT / "config/repo.example.fluxwarden.yaml").read_text())
+    assert config.bootstrap.helmreleases == ("kube-system/cilium",)
+    assert config.bootstrap.crds == ("cert-manager.io/ClusterIssuer",)
