@@ -71,7 +71,7 @@ _TASKFILE = re.compile(r"^taskfile(\.dist)?\.ya?ml$", re.I)
 _HELMFILE_NAME = re.compile(r"^helmfile[^/]*\.(ya?ml|gotmpl)$")
 _HELMFILE_DIRS = ("helmfile.d", "helmfile")
 _YAML_SUFFIXES = (".yaml", ".yml", ".gotmpl")
-_K3S = re.compile(r"(^|[-_.])k3s([-_.]|$)")
+_K3S = re.compile(r"(^|[-_.])(k3s|rke2)([-_.]|$)")  # RKE2 embeds the same helm-controller
 K3S_CRDS = frozenset({("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig")})
 _MAX_WALKED = 50_000  # repository paths looked at (names only; a few files are read)
 _MAX_BASES = 8  # `bases:` followed this deep
@@ -554,10 +554,10 @@ def _distribution(snapshot: Snapshot, paths: list[str], found: _Found) -> None:
     """k3s's built-in helm-controller APIs where the repo shows k3s; Talos inline manifests."""
     k3s = next((p for p in paths if any(_K3S.search(part.lower()) for part in p.split("/"))), None)
     if k3s is None:
-        k3s = next((p for p in paths if _is_script(p) and "/var/lib/rancher/k3s" in (snapshot.read_text(p) or "")), None)
+        k3s = next((p for p in paths if _is_script(p) and re.search(r"/var/lib/rancher/(k3s|rke2)", snapshot.read_text(p) or "")), None)
     if k3s is not None:
         found.crds.update(K3S_CRDS)
-        found.add("crds", k3s, f"k3s (seen in {k3s}): its built-in helm.cattle.io HelmChart and HelmChartConfig APIs exist")
+        found.add("crds", k3s, f"k3s/RKE2 (seen in {k3s}): its built-in helm.cattle.io HelmChart and HelmChartConfig APIs exist")
     for path in paths:
         if not path.endswith((".yaml", ".yml", ".gotmpl")) or not ("talos" in path.lower() or posixpath.basename(path).startswith("talconfig")):
             continue

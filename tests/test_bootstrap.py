@@ -341,7 +341,7 @@ def test_k3s_and_talos(tmp_path: Path) -> None:
     found = discover(repo(tmp_path, {"ansible/roles/k3s/defaults/main.yml": "k3s_version: v1.31\n", "talos/patches/cluster.yaml": dump(talos_patch)}))
     assert found.crds == {("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig"), ("example.com", "Widget")}
     text = " ".join(descriptions(found))
-    assert "k3s (seen in ansible/roles/k3s/defaults/main.yml)" in text
+    assert "k3s/RKE2 (seen in ansible/roles/k3s/defaults/main.yml)" in text
     assert "2 objects in Talos inlineManifests of talos/patches/cluster.yaml (CustomResourceDefinition, Namespace)" in text
     assert "1 Talos extraManifests URL in talos/patches/cluster.yaml not read" in text
 
@@ -468,3 +468,26 @@ def test_each_cluster_reads_its_own_bootstrap(tmp_path: Path) -> None:
     assert found.releases == {("cert-manager", "cert-manager"), ("observability", "kube-prometheus-stack")}
     assert [e.source for e in found.entries] == ["bootstrap/helmfile.yaml", "kubernetes/main/bootstrap/helmfile.yaml"]
     assert "main-only" in found.entries[1].description and "staging-only" not in " ".join(descriptions(found))
+
+
+def test_cluster_template_script(tmp_path: Path) -> None:
+    """onedr0p/cluster-template's scripts/bootstrap-apps.sh: CRDs captured from a templated helmfile.d file, the apps synced."""
+    script = """
+        #!/usr/bin/env bash
+        function apply_crds() {
+            if crds=$(helmfile --file "${ROOT_DIR}/bootstrap/helmfile.d/00-crds.yaml" template --quiet | yq eval-all --exit-status 'select(.kind == "CustomResourceDefinition")') && [[ -n "${crds}" ]]; then
+                echo "${crds}" | kubectl apply --server-side --filename - &>/dev/null
+            fi
+        }
+        function sync_helm_releases() {
+            helmfile --file "${ROOT_DIR}/bootstrap/helmfile.d/01-apps.yaml" sync --hide-notes
+        }
+    """
+    found = discover(repo(tmp_path, {
+        "bootstrap/helmfile.d/00-crds.yaml": CRDS_HELMFILE,
+        "bootstrap/helmfile.d/01-apps.yaml": APPS_HELMFILE,
+        "scripts/bootstrap-apps.sh": script,
+    }))
+    assert found.crd_releases == {("observability", "kube-prometheus-stack")}
+    assert ("cert-manager", "cert-manager") in found.releases
+    assert all("run by scripts/bootstrap-apps.sh" in e.description for e in found.entries if e.kind in ("release", "crd-release"))
