@@ -18,7 +18,6 @@ from bot.errors import InputError, TierOrderError
 from bot.facts import FactsStore, TierFacts
 from bot.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
 from bot.model import Finding, Severity, SourceLocation, TierId
-from bot.providers import _chart_name
 from bot.render import ClusterRender
 from bot.snapshot import CONFIG_FILE, Snapshot, normalise_repo_path
 from bot.tierorder import read_tier_order
@@ -29,7 +28,9 @@ from bot.yamlio import load_all
 class BootstrapEntry:
     """One thing the bootstrap provides, with the repo file that says so (printed as an info line)."""
 
-    kind: str  # "crd-release" | "release" | "flux-instance" | "tier-order" | "declared" | "manifests"
+    # "crd-release" | "release" | "flux-instance" | "tier-order" | "declared" | "manifests" | "crds" (k3s, Talos,
+    # CRD bundles by URL) | "unread" (a file read but not counted: malformed, remote, not run; presence-free)
+    kind: str
     source: str  # repo-relative file (or ".fluxwarden.yaml" for declared entries)
     description: str  # e.g. "5 CRD-only releases (cert-manager, external-secrets, …)"
 
@@ -176,14 +177,9 @@ class _Found:
         self.entries.append(BootstrapEntry(kind, source, description))
 
 
-def _helm_releases(facts: Mapping[TierId, TierFacts]) -> dict[tuple[str, str], str | None]:
-    """(namespace, name) → chart name of every HelmRelease the cluster's render applies."""
-    oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
-    return {
-        (m.ref.namespace, m.ref.name): _chart_name(m, oci_urls)
-        for tier_facts in facts.values()
-        for m in tier_facts.helm_releases
-    }
+def _helm_releases(facts: Mapping[TierId, TierFacts]) -> frozenset[tuple[str, str]]:
+    """(namespace, name) of every HelmRelease the cluster's render applies."""
+    return frozenset((m.ref.namespace, m.ref.name) for tier_facts in facts.values() for m in tier_facts.helm_releases)
 
 
 def _walk(snapshot: Snapshot) -> list[str]:
@@ -271,7 +267,7 @@ def _script_runs(snapshot: Snapshot, paths: list[str], helmfiles: list[str]) -> 
             if "helmfile" not in line or line.lstrip().startswith("#"):
                 continue
             head, _, tail = line.partition("|")
-            match = re.search(r"\bhelmfile\b(.*)", head)
+            match = re.search(r"(?:^|[\s;&(`])helmfile(\s.*)", head)  # the command, not a path naming a helmfile directory
             if match is None:
                 continue
             words = match.group(1).split()
@@ -462,7 +458,7 @@ def _read_helmfile(
     snapshot: Snapshot,
     path: str,
     runs: list[ScriptRun],
-    in_git: Mapping[tuple[str, str], str | None],
+    in_git: frozenset[tuple[str, str]],
     knowledge: KnowledgeBase,
     found: _Found,
 ) -> None:
@@ -484,7 +480,7 @@ def _read_helmfile(
     if not helmfile.releases and not helmfile.templated:
         return  # a base, an environment or values file
     scripts = sorted({r.script for r in runs})
-    installs_flux = any(_chart_of(r, knowledge) in ("flux-operator", FLUX_INSTANCE_CHART) for r in helmfile.releases)
+    installs_flux = any(_chart_of(r, knowledge) in ("flux-operator", FLUX_INSTANCE_CHART, "flux2") for r in helmfile.releases)
     if runs:
         crds_only = all(r.crds_only for r in runs)
         how = f"run by {', '.join(scripts)}"
@@ -492,7 +488,7 @@ def _read_helmfile(
         stem = posixpath.basename(path).split(".")[0]
         crds_only = helmfile.include_crds or stem == "crds" or posixpath.basename(posixpath.dirname(path)) == "crds"
         how = "run by no script found; " + ("its helmDefaults.args carry --include-crds" if helmfile.include_crds else "named for CRDs" if crds_only else "taken as installed")
-        if not installs_flux and "bootstrap" not in path.lower().split("/")[:-1] and not any(p.startswith("bootstrap") for p in path.lower().split("/")):
+        if not installs_flux and not any(part.startswith("bootstrap") for part in path.lower().split("/")):
             found.add("unread", path, f"helmfile {path} not counted: no script runs it and it is not in a bootstrap directory")
             return
     names = [f"{r.namespace}/{r.name}" for r in helmfile.releases]
@@ -655,7 +651,7 @@ def _waits_in_order(text: str, variable: str) -> bool:
     return False
 
 
-def _declared(snapshot: Snapshot, config: RepoConfig, in_git: Mapping[tuple[str, str], str | None], found: _Found) -> None:
+def _declared(snapshot: Snapshot, config: RepoConfig, in_git: frozenset[tuple[str, str]], found: _Found) -> None:
     """`.fluxwarden.yaml` `bootstrap:`: what discovery cannot see, taken as written."""
     declared = config.bootstrap
     if declared.helmreleases:
