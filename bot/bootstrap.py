@@ -136,7 +136,7 @@ def discover_bootstrap(
     for path in sorted({*helmfile_paths, *(r.helmfile for r in runs)}):
         _read_helmfile(snapshot, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found)
     _script_applies(snapshot, paths, knowledge, found)
-    _distribution(snapshot, paths, found)
+    _distribution(snapshot, paths, in_git, knowledge, found)
     _tier_order(snapshot, config, render, found)
     _declared(snapshot, config, in_git, found)
     return Bootstrap(
@@ -546,7 +546,7 @@ def _short(names: list[str] | tuple[str, ...]) -> str:
 # -- distributions ----------------------------------------------------------------------------
 
 
-def _distribution(snapshot: Snapshot, paths: list[str], found: _Found) -> None:
+def _distribution(snapshot: Snapshot, paths: list[str], in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:
     """k3s's built-in helm-controller APIs where the repo shows k3s; Talos inline manifests."""
     k3s = next((p for p in paths if any(_K3S.search(part.lower()) for part in p.split("/"))), None)
     if k3s is None:
@@ -560,11 +560,12 @@ def _distribution(snapshot: Snapshot, paths: list[str], found: _Found) -> None:
         text = snapshot.read_text(path) or ""
         if "inlineManifests" not in text and "extraManifests" not in text:
             continue
-        _talos(path, text, found)
+        _talos(path, text, in_git, knowledge, found)
 
 
-def _talos(path: str, text: str, found: _Found) -> None:
-    """`cluster.inlineManifests` (applied by Talos when the cluster boots): their CRDs exist; `extraManifests` are remote."""
+def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:
+    """`cluster.inlineManifests` (applied by Talos when the cluster boots): their CRDs exist, and a chart
+    rendered into them (cilium, often) is its HelmRelease in git; `extraManifests` are remote."""
     try:
         docs = load_all(untemplate(text), path)
     except InputError:
@@ -573,19 +574,19 @@ def _talos(path: str, text: str, found: _Found) -> None:
     objects: list[Mapping] = []
     remote = 0
     for doc in docs:
-        for cluster in _find_key(doc, "cluster"):
-            if not isinstance(cluster, Mapping):
+        cluster = doc.get("cluster") if isinstance(doc, Mapping) else None
+        if not isinstance(cluster, Mapping):
+            continue
+        for item in cluster.get("inlineManifests") or () if isinstance(cluster.get("inlineManifests"), list) else ():
+            contents = item.get("contents") if isinstance(item, Mapping) else None
+            if not isinstance(contents, str):
                 continue
-            for item in cluster.get("inlineManifests") or () if isinstance(cluster.get("inlineManifests"), list) else ():
-                contents = item.get("contents") if isinstance(item, Mapping) else None
-                if not isinstance(contents, str):
-                    continue
-                try:
-                    objects.extend(o for o in load_all(untemplate(contents), path) if isinstance(o, Mapping))
-                except InputError:
-                    continue
-            extra = cluster.get("extraManifests")
-            remote += len(extra) if isinstance(extra, list) else 0
+            try:
+                objects.extend(o for o in load_all(untemplate(contents), path) if isinstance(o, Mapping))
+            except InputError:
+                continue
+        extra = cluster.get("extraManifests")
+        remote += len(extra) if isinstance(extra, list) else 0
     crds = set()
     for obj in objects:
         spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
@@ -593,16 +594,46 @@ def _talos(path: str, text: str, found: _Found) -> None:
         if obj.get("kind") == "CustomResourceDefinition" and isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
             crds.add((spec["group"], names["kind"]))
     found.crds.update(crds)
+    releases, charts = _helm_rendered(objects, in_git, knowledge)
+    found.releases.update(releases)
+    found.crd_charts.update(charts)
     if objects:
         kinds = sorted({str(o.get("kind")) for o in objects})
-        found.add("manifests", path, f"{_plural(len(objects), 'object')} in Talos inlineManifests of {path} ({_short(kinds)}) exist before Flux" + (f", {_plural(len(crds), 'CRD')} among them" if crds else ""))
+        notes = [f"{_plural(len(crds), 'CRD')} among them"] if crds else []
+        if releases:
+            notes.append(f"rendered from the HelmRelease(s) {_short([f'{ns}/{name}' for ns, name in sorted(releases)])} in git: installed before Flux")
+        if charts:
+            notes.append(f"rendered from chart(s) {_short(sorted(charts))}: their CRDs counted")
+        found.add("manifests", path, f"{_plural(len(objects), 'object')} in Talos inlineManifests of {path} ({_short(kinds)}) exist before Flux" + "".join(f"; {n}" for n in notes))
     if remote:
         found.add("unread", path, f"{_plural(remote, 'Talos extraManifests URL')} in {path} not read (remote): declare what they install under bootstrap: in .fluxwarden.yaml")
 
 
-def _find_key(doc: Any, key: str) -> list[Any]:
-    """The value under `key` at the top of a document (a machine config or a patch of one)."""
-    return [doc[key]] if isinstance(doc, Mapping) and key in doc else []
+def _helm_rendered(objects: list[Mapping], in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]], set[str]]:
+    """HelmReleases in git (namespace, name) and known charts that `helm template` output was rendered from.
+
+    `helm template NAME CHART -n NS` labels what it renders `app.kubernetes.io/managed-by: Helm`, most
+    charts add `app.kubernetes.io/instance: NAME` and `helm.sh/chart: CHART-VERSION`; a render taken
+    from a cluster also carries `meta.helm.sh/release-name`/`-namespace`.
+    """
+    releases: set[tuple[str, str]] = set()
+    charts: set[str] = set()
+    for obj in objects:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+        if labels.get("app.kubernetes.io/managed-by") != "Helm" and "meta.helm.sh/release-name" not in annotations:
+            continue
+        name = annotations.get("meta.helm.sh/release-name") or labels.get("app.kubernetes.io/instance")
+        namespace = annotations.get("meta.helm.sh/release-namespace") or meta.get("namespace")
+        if isinstance(name, str) and isinstance(namespace, str) and (namespace, name) in in_git:
+            releases.add((namespace, name))
+            continue
+        chart = labels.get("helm.sh/chart")
+        rule = knowledge.chart_rule(re.sub(r"-v?\d[\w.+-]*$", "", chart)) if isinstance(chart, str) else None
+        if rule is not None:
+            charts.add(rule.chart)
+    return releases, charts
 
 
 # -- tier order and declarations ----------------------------------------------------------------

@@ -491,3 +491,21 @@ def test_cluster_template_script(tmp_path: Path) -> None:
     assert found.crd_releases == {("observability", "kube-prometheus-stack")}
     assert ("cert-manager", "cert-manager") in found.releases
     assert all("run by scripts/bootstrap-apps.sh" in e.description for e in found.entries if e.kind in ("release", "crd-release"))
+
+
+def test_talos_inline_helm_render_is_its_helmrelease(tmp_path: Path) -> None:
+    """cilium rendered with `helm template` into Talos inlineManifests: the HelmRelease in git that adopts it is installed."""
+    def rendered(kind: str, name: str, namespace: str | None, instance: str, chart: str) -> dict:
+        body = obj("apps/v1" if kind == "DaemonSet" else "v1", kind, name, namespace)
+        body["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "Helm", "app.kubernetes.io/instance": instance, "helm.sh/chart": chart}
+        return body
+
+    patch = {"cluster": {"inlineManifests": [{"name": "cni", "contents": dump(
+        rendered("DaemonSet", "cilium", "kube-system", "cilium", "cilium-1.16.5"),
+        rendered("ServiceAccount", "cert-manager", "cert-manager", "other-name", "cert-manager-v1.16.2"),
+    )}]}}
+    files = {"talos/patches/cni.yaml": dump(patch), "infra/releases.yaml": dump(helmrelease("cilium", "kube-system", "cilium"))}
+    found = discover(repo(tmp_path, files))
+    assert found.releases == {("kube-system", "cilium")}
+    assert found.crd_charts == {"cert-manager"}  # no HelmRelease of that name: counted by its chart label
+    assert "rendered from the HelmRelease(s) kube-system/cilium in git" in found.entries[0].description
