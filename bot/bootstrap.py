@@ -267,7 +267,8 @@ def _script_runs(snapshot: Snapshot, paths: list[str], helmfiles: list[str]) -> 
             if "helmfile" not in line or line.lstrip().startswith("#"):
                 continue
             head, _, tail = line.partition("|")
-            match = re.search(r"(?:^|[\s;&(`])helmfile(\s.*)", head)  # the command, not a path naming a helmfile directory
+            # The command (after just's `@` or make's `-` quiet prefixes), not a path naming a helmfile directory.
+            match = re.search(r"(?:^\s*[@+-]*|[\s;&(`])helmfile(\s.*)", head)
             if match is None:
                 continue
             words = match.group(1).split()

@@ -119,7 +119,7 @@ CRDS_HELMFILE = """
                 helmfile -f "{{ source_directory() }}/helmfile/crds.yaml" template -q | yq ea -e 'select(.kind == "CustomResourceDefinition")' \\
                     | kubectl apply --server-side -f -
             apps:
-                helmfile -f "{{ source_directory() }}/helmfile/apps.yaml" sync --hide-notes
+                @helmfile -f "{{ source_directory() }}/helmfile/apps.yaml" sync --hide-notes
             """,
         ),
         (
@@ -154,6 +154,7 @@ def test_crd_only_helmfile_read_from_the_script_that_runs_it(tmp_path: Path, scr
     assert found.crd_releases == {("observability", "kube-prometheus-stack")}
     assert found.crd_charts == {"keda", "external-secrets"}
     assert ("cert-manager", "cert-manager") in found.releases
+    assert all(f"run by {script}" in e.description for e in found.entries if e.kind == "release")
     crd_entry = next(e for e in found.entries if e.kind == "crd-release")
     assert crd_entry.source == "bootstrap/helmfile/crds.yaml"
     assert crd_entry.description.startswith("2 CRD-only releases from bootstrap/helmfile/crds.yaml (observability/kube-prometheus-stack, keda/keda)")
