@@ -510,3 +510,21 @@ def test_talos_inline_helm_render_is_its_helmrelease(tmp_path: Path) -> None:
     assert found.releases == {("kube-system", "cilium")}
     assert found.crd_charts == {"cert-manager"}  # no HelmRelease of that name: counted by its chart label
     assert "rendered from the HelmRelease(s) kube-system/cilium in git" in found.entries[0].description
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "releases: 5\n",
+        "releases: [5, null, {name: [1]}, {name: a, namespace: {x: 1}}, {name: b, chart: 7, hooks: 5}]\n",
+        "helmDefaults: [1]\nbases: [1, ../../../../etc/passwd, helmfile.yaml]\ntemplates: 5\ndefaultInherit: [x]\nreleases: [{name: a, inherit: 5}]\n",
+        "releases:\n  - name: a\n    hooks: [{command: kubectl, args: apply, events: postsync}, {command: kubectl, args: [apply, -f], events: [postsync]}]\n",
+        "a: &a [*a]\n",
+        "- a\n- b\n",
+        "",
+    ],
+)
+def test_odd_helmfiles_never_crash(tmp_path: Path, text: str) -> None:
+    root = repo(tmp_path, {"bootstrap/helmfile.yaml": text, "bootstrap/run.sh": "helmfile -f bootstrap/helmfile.yaml sync\n"})
+    found = discover(root)
+    assert found.crds == frozenset() and found.manifests == ()
