@@ -12,6 +12,7 @@ from pathlib import Path
 from bot.bootstrap import Bootstrap, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.cache import BuildCache, cache_budget, versioned_key
 from bot.checks import CheckContext, run_checks
+from bot.coldstart import ColdStart
 from bot.config import RepoConfig, cluster_entry, known_clusters, snapshot_config
 from bot.errors import UserError
 from bot.facts import FactsStore
@@ -131,7 +132,7 @@ def check_snapshot(
         return analysis.report
     required = required_tier_ids(analysis.renderer.config.required_tiers.get(cluster, ()))
     preconditions = evaluate_preconditions(live, analysis.graph.specs, {*analysis.render.tiers, *required})
-    return build_report(analysis.render, analysis.graph, [*analysis.report.findings, *preconditions])
+    return build_report(analysis.render, analysis.graph, [*analysis.report.findings, *preconditions], analysis.report.cold_start)
 
 
 def make_renderer(
@@ -166,7 +167,8 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code and this kustomize say so. Not with a live state, which changes between runs.
     key = _findings_key(snapshot, config, cluster, binary, bootstrap) if cache is not None and live is None else None
-    findings = cache.get(key) if cache is not None and key is not None else None
+    cached = cache.get(key) if cache is not None and key is not None else None
+    findings, cold_start = cached if cached is not None else (None, None)
     facts = FactsStore(knowledge, cache, renderer.finish_memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of if findings is None else None)
@@ -194,9 +196,10 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
             *render.findings, *run_checks(ctx), *_unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
             *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),
         ]
+        cold_start = ctx.cold_start
         if cache is not None and key is not None and not any(t.failed for t in render.tiers.values()):
-            cache.put(key, findings)  # a failed build may be a timeout: never remembered
-    return Analysis(render, graph, build_report(render, graph, findings), renderer)
+            cache.put(key, (findings, cold_start))  # a failed build may be a timeout: never remembered
+    return Analysis(render, graph, build_report(render, graph, findings, cold_start), renderer)
 
 
 def _findings_key(snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary, bootstrap: bool = True) -> str | None:
@@ -259,7 +262,7 @@ def _apply_order(render: ClusterRender, graph: TierGraph) -> list[TierId]:
     return order + [t for t in render.tiers if t not in order]
 
 
-def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding]) -> CheckReport:
+def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding], cold_start: ColdStart | None = None) -> CheckReport:
     """Assemble the report: tiers in apply order (cycle members last), findings sorted errors first."""
     order = _apply_order(render, graph)
     tiers = tuple(
@@ -285,6 +288,7 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
         tiers=tiers,
         order=tuple(order),
         findings=tuple(sorted(unique, key=Finding.sort_key)),
+        cold_start=cold_start,
     )
 
 

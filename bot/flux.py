@@ -104,7 +104,20 @@ def _tier_spec(manifest: Manifest, defined_in: TierId | None) -> TierSpec:
         defined_in=defined_in,
         origin=manifest.origin,
         kube_config=_kube_config(spec.get("kubeConfig"), namespace),
+        interval=duration_seconds(spec.get("interval")) or 600,
+        retry_interval=duration_seconds(spec.get("retryInterval")),
     )
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(raw: Any) -> int | None:
+    """A Go duration (`10m`, `1h30m`, `10m0s`) in whole seconds; None when absent or unreadable."""
+    if not isinstance(raw, str) or not raw or _DURATION.sub("", raw):
+        return None
+    return int(sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(raw)))
 
 
 def _kube_config(raw: Any, namespace: str) -> str | None:

@@ -174,6 +174,13 @@ class TierSpec:
     # `spec.path` as written, inside a source that is not the repository's own tree (an ExternalArtifact
     # assembled from this repository); `path` is then the repository directory it maps onto
     source_path: str | None = None
+    interval: int = 600  # seconds: `spec.interval` (required by the API; 10m when unreadable)
+    retry_interval: int | None = None  # seconds: `spec.retryInterval`; None means `interval`
+
+    @property
+    def retry_seconds(self) -> int:
+        """How long a failed reconcile waits before the next (kustomize-controller api/v1 GetRetryInterval)."""
+        return self.retry_interval if self.retry_interval is not None else self.interval
 
 
 @dataclass(frozen=True)

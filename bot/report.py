@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot import markdown as md
+from bot.coldstart import ColdStart
 from bot.model import Finding, Severity, SourceRef, TierId
 
 SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
@@ -62,6 +63,7 @@ class CheckReport:
     tiers: tuple[TierSummary, ...]
     order: tuple[TierId, ...]
     findings: tuple[Finding, ...]
+    cold_start: ColdStart | None = None  # the simulated cold start (bot/coldstart.py)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -88,11 +90,14 @@ class CheckReport:
         return sum(t.objects for t in self.tiers)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "cluster": self.cluster,
             "kustomizations": [t.to_json() for t in self.tiers],
             "findings": [f.to_json() for f in self.findings],
         }
+        if self.cold_start is not None:
+            out["cold_start"] = self.cold_start.to_json()
+        return out
 
 
 def listing_order(report: CheckReport) -> list[TierId]:
@@ -148,6 +153,8 @@ def format_text(report: CheckReport) -> str:
         deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
         content = f"{tier.objects} objects" if tier.rendered else "not rendered"
         lines.append(f"  {tier_id}  {tier.where()}  {content}{' [' + flags + ']' if flags else ''}{deps}")
+    if report.cold_start is not None and report.cold_start.tiers:
+        lines += ["", f"cold start: {report.cold_start.timeline()}"]
     return "\n".join(lines) + "\n"
 
 

@@ -182,7 +182,7 @@ def _review(
     diff = diff_clusters(base.render if base else None, head.render)
     transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
     findings = [*head.report.findings, *transient]
-    report = build_report(head.render, head.graph, findings)
+    report = build_report(head.render, head.graph, findings, head.report.cold_start)
     reviewed = mark_new(report.findings, base.report.findings if base else ())
     touched = {tid for tid, tier in head.render.tiers.items() if tier.inputs & changed}
     if base:
@@ -191,7 +191,7 @@ def _review(
     precondition_tiers: frozenset[TierId] = frozenset()
     if live is not None:
         precondition_tiers, live_findings = _live_preconditions(cluster, live, fetch_objects, diff, base, head, touched)
-        report = build_report(head.render, head.graph, [*findings, *live_findings])
+        report = build_report(head.render, head.graph, [*findings, *live_findings], head.report.cold_start)
         reviewed = mark_new(report.findings, base.report.findings if base else ())
     return ClusterReview(
         cluster=cluster,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
 from bot.bootstrap import Bootstrap
+from bot.coldstart import ColdStart, Simulation
 from bot.config import RepoConfig
 from bot.facts import ObjectStub, TierFacts
 from bot.graph import TierGraph
@@ -26,6 +28,17 @@ class CheckContext:
     other_graphs: Mapping[str, TierGraph]
     locate: Callable[[Manifest | ObjectStub], SourceLocation | None]
     bootstrap: Bootstrap = Bootstrap()  # what exists before Flux's first reconcile (empty: --no-bootstrap)
+
+    @cached_property
+    def simulation(self) -> Simulation:
+        """The cold start of this cluster with its bootstrap, run once (bot/coldstart.py)."""
+        simulation = Simulation(self.graph, self.facts, self.providers, self.bootstrap)
+        simulation.run()
+        return simulation
+
+    @cached_property
+    def cold_start(self) -> ColdStart:
+        return self.simulation.result()
 
     def tier_location(self, tier: TierId) -> SourceLocation | None:
         """Where the Flux Kustomization `tier` is written."""
