@@ -39,6 +39,9 @@ STAGE_ONE = {GroupKind("apiextensions.k8s.io", "CustomResourceDefinition"), Grou
 # healthCheckExprs entry for the kind makes Flux wait for it.
 NO_KSTATUS_READY = frozenset({GroupKind("cdi.kubevirt.io", "CDI")})
 NEVER = None
+OWN_PARENT = ", its own parent"
+DEPENDS_BACK = " (each waits for the other)"
+DEADLOCK_ENDINGS = (OWN_PARENT, DEPENDS_BACK)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class TierOutcome:
     max_delay_seconds: int = 0  # worst case added by failed applies (its own and its dependencies')
     blocked_by: str | None = None  # never Ready: the causal chain; else the kind its first failure missed
     failed_on: tuple[GroupKind, ...] = ()  # kinds its failed applies missed
-    reason: str = ""  # never Ready: "dependency" | "apply" | "health" | "parent" | "cycle" | "suspended"
+    reason: str = ""  # never Ready: "dependency" | "apply" | "health" | "deadlock" | "parent" | "cycle" | "suspended"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -261,6 +264,22 @@ class Simulation:
             if p.kind == ProviderKind.CRD and p.tier is not None and self._in_manifests(p.tier):
                 return "manifests"
         return None
+
+    def ordered_by_bootstrap(self, tier: TierId, provider: TierId) -> bool:
+        """Whether only the bootstrap's tier order (not dependsOn) holds `tier` until `provider` is Ready."""
+        if self.graph.depends_on(tier, provider) or not self._held_by:
+            return False
+        seen, todo = set(), [tier]
+        while todo:
+            node = todo.pop()
+            for before in (*self.graph.deps.get(node, ()), self._held_by.get(node)):
+                if before is not None and before not in seen:
+                    seen.add(before)
+                    todo.append(before)
+        return provider in seen
+
+    def tier_order_entry(self) -> BootstrapEntry:
+        return next((e for e in self.bootstrap.entries if e.kind == "tier-order"), None) or BootstrapEntry("tier-order", "", "the bootstrap tier order")
 
     def _in_manifests(self, tier: TierId) -> bool:
         path = self.tiers[tier].spec.path if tier in self.tiers else None
@@ -475,7 +494,8 @@ class Simulation:
         elif 3 not in tier.applied:
             out = ("apply", self._apply_chain(tid, tier.missing or tier.failures[-1][1], memo, seen))
         else:
-            out = ("health", self._health_chain(tid, memo, seen))
+            chain = self._health_chain(tid, memo, seen)
+            out = ("deadlock" if chain.endswith(DEADLOCK_ENDINGS) else "health", chain)
         memo[tid] = out
         return out
 
@@ -526,12 +546,12 @@ class Simulation:
             if ref.group_kind == KUSTOMIZATION:
                 child = TierId(ref.namespace or "flux-system", ref.name)
                 if child in self.tiers and self.graph.depends_on(child, tid):
-                    return text + f" ← {child.name} dependsOn {tid.name}, its own parent"
+                    return text + f" ← {child.name} dependsOn {tid.name}{OWN_PARENT}"
                 if child in self.tiers and child not in seen:
                     return text + " ← " + self._chain(child, memo, seen)[1]
             if owner is not None and owner != tid:
                 if self.graph.depends_on(owner, tid):
-                    return text + f" ← applied by {owner.name}, which dependsOn {tid.name}"
+                    return text + f" ← applied by {owner.name}, which dependsOn {tid.name}{DEPENDS_BACK}"
                 if owner not in seen:
                     return text + f" ← applied by {owner.name} ← " + self._chain(owner, memo, seen)[1]
             if ref.group_kind == HELM_RELEASE:

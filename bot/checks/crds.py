@@ -8,9 +8,11 @@ applied and waited on in the first stage.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 from bot.checks import CheckContext, check, name_list, plural
+from bot.coldstart import duration
 from bot.facts import ObjectStub
 from bot.model import Finding, GroupKind, Severity, TierId
 from bot.providers import Provider, ProviderKind
@@ -29,7 +31,52 @@ def api_availability(ctx: CheckContext) -> Iterator[Finding]:
             if gk in facts.own_crds:
                 continue  # stage 1 of the same apply creates and waits for it
             providers = ctx.providers.resolve(gk)
-            yield from _judge(ctx, tier_id, gk, objects, providers)
+            for finding in _judge(ctx, tier_id, gk, objects, providers):
+                yield by_cold_start(ctx, finding, gk, providers)
+
+
+NO_READY_CONDITION = "has no Ready condition Flux can read"  # the simulation's own warning: judged already
+ORDERING_CHECKS = frozenset({"second-order-crd", "crd-not-ordered", "dependency-not-waited", "unknown-kind"})
+
+
+def by_cold_start(ctx: CheckContext, finding: Finding, gk: GroupKind, providers: Sequence[Provider]) -> Finding:
+    """The severity the simulated cold start gives a static ordering finding (its id kept).
+
+    Never Ready because of this kind: an error naming the chain. Ready after failed applies, or
+    unordered (its first apply may fail): a warning with the delay. Served before Flux starts by the
+    bootstrap, or ordered by its tier order: info naming the bootstrap entry.
+    """
+    if finding.check not in ORDERING_CHECKS or finding.kustomization is None or NO_READY_CONDITION in finding.message:
+        return finding
+    tier = finding.kustomization
+    simulation = ctx.simulation
+    outcome = ctx.cold_start.tiers.get(tier)
+    entry = simulation.bootstrap_entry(gk)
+    if entry is None and any(p.tier is not None and simulation.ordered_by_bootstrap(tier, p.tier) for p in providers):
+        entry = simulation.tier_order_entry()
+    if outcome is None:
+        return finding
+    if entry is not None and gk not in outcome.failed_on and (outcome.ready_round is not None or outcome.reason != "apply"):
+        where = f" ({entry.source})" if entry.source else ""
+        return replace(
+            finding,
+            severity=Severity.INFO,
+            message=f"fine on a cold start only because of the bootstrap: {entry.description}{where}. Without it: {finding.message}",
+        )
+    if finding.check == "unknown-kind":
+        return finding
+    if outcome.ready_round is None and outcome.reason == "apply" and gk in outcome.failed_on:
+        return replace(finding, severity=Severity.ERROR, message=f"{finding.message}. Cold start: {tier.name} never becomes Ready: {outcome.blocked_by}")
+    spec = ctx.graph.specs.get(tier)
+    retry = duration(spec.retry_seconds) if spec else "its retryInterval"
+    if gk in outcome.failed_on and outcome.ready_round is not None:
+        tail = (
+            f"Cold start: {tier.name} is Ready in round {outcome.ready_round} after "
+            f"{plural(outcome.failed_attempts, 'failed attempt')}, up to {duration(outcome.max_delay_seconds)} late"
+        )
+    else:
+        tail = f"Nothing orders it: its first apply can fail, and it retries after {retry}"
+    return replace(finding, severity=Severity.WARNING, message=f"{finding.message.rstrip('.')}. {tail}")
 
 
 def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[ObjectStub], providers: list[Provider]) -> Iterator[Finding]:
@@ -83,7 +130,22 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
     # Prefer a provider that is ordered correctly; judge waiting on that one.
     ordered = [p for p in runtime if p.tier != tier and ctx.before(tier, p.tier)]
     if ordered:
-        if any(_waited(ctx, tier, p) for p in ordered):
+        waited = [p for p in ordered if _waited(ctx, tier, p)]
+        outcome = ctx.cold_start.tiers.get(tier)
+        if waited and outcome is not None and gk in outcome.failed_on and ctx.simulation.bootstrap_entry(gk) is None:
+            # Waited, but on a CR whose status Flux cannot read: Ready passes before the operator acts.
+            p = waited[0]
+            spec = ctx.graph.specs.get(tier)
+            yield finding(
+                "dependency-not-waited",
+                Severity.WARNING,
+                f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.via.kind} "
+                f"{p.via.name} {NO_READY_CONDITION}, so {p.tier}'s health check may pass before the CRD "
+                f"exists and {tier} may fail once (retry after {duration(spec.retry_seconds) if spec else 'its retryInterval'}). "
+                f"Add a healthCheckExprs entry for {p.via.kind} to {p.tier} (e.g. current: \"status.phase == 'Deployed'\")",
+            )
+            return
+        if waited:
             return
         dependencies = [p for p in ordered if ctx.waits_for(tier, p.tier)]
         if not dependencies:

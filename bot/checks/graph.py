@@ -185,3 +185,18 @@ def tier_order_stale(ctx: CheckContext) -> Iterator[Finding]:
             kustomization=tier,
             location=SourceLocation(setting.file, lines.get(reason.tier, order.line)),
         )
+
+
+@check(("health-check-deadlock", Severity.ERROR, "a tier's wait or healthChecks cover an object that only a tier depending on it applies (or a child Kustomization that dependsOn it): neither ever becomes Ready"))
+def health_check_deadlock(ctx: CheckContext) -> Iterator[Finding]:
+    for tier, outcome in sorted(ctx.cold_start.tiers.items()):
+        if outcome.reason != "deadlock":
+            continue
+        yield Finding(
+            "health-check-deadlock",
+            Severity.ERROR,
+            f"on a cold start {tier} never becomes Ready: {outcome.blocked_by}. Health-check only what {tier} applies "
+            f"itself or what its dependencies apply, or drop the dependsOn that points back",
+            kustomization=tier,
+            location=ctx.tier_location(tier),
+        )

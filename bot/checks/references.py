@@ -32,13 +32,29 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
                 continue
             owner_names = name_list(str(o) for o in owners)
             first = objects[0]
+            severity, cold = _by_cold_start(ctx, tier_id, owners)
+            if severity is None:
+                continue
             yield Finding(
                 "missing-provider",
-                Severity.WARNING,
+                severity,
                 f"{plural(len(objects), 'object')} ({name_list(str(m.ref) for m in objects)}) use {kind} {name} "
                 f"({how}), which {owner_names} defines; {tier_id} does not depend on it, so on a cold cluster they can "
-                f"be applied before it exists. " + ctx.add_dependency(tier_id, owners),
+                f"be applied before it exists. " + ctx.add_dependency(tier_id, owners) + cold,
                 kustomization=tier_id,
                 object=first.ref,
                 location=ctx.locate(first),
             )
+
+
+def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId]) -> tuple[Severity | None, str]:
+    """The simulated cold start's say: an error when no owner ever applies the provider, None when the
+    bootstrap's tier order holds `tier` until an owner is Ready, else a warning."""
+    simulation = ctx.simulation
+    if any(simulation.ordered_by_bootstrap(tier, o) for o in owners):
+        return None, ""
+    outcomes = ctx.cold_start.tiers
+    stuck = [o for o in sorted(owners) if o in outcomes and outcomes[o].ready_round is None and outcomes[o].reason in ("apply", "dependency", "parent", "cycle", "deadlock")]
+    if len(stuck) == len(owners) and stuck:
+        return Severity.ERROR, f". Cold start: it is never applied ({outcomes[stuck[0]].blocked_by})"
+    return Severity.WARNING, ""
