@@ -290,14 +290,26 @@ API_CASES = [
         id="not-waited/trigger-cr-in-cluster-entry",
     ),
     pytest.param(
+        # wait: true on the CDI CR passes at once (no Ready condition kstatus reads): b may fail once.
         two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "Add a healthCheckExprs entry for CDI",
+        id="not-waited/wait-true-on-cr-without-ready-condition",
+    ),
+    pytest.param(
+        two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_wait=True),
         "dependency-not-waited", set(), None,
         id="not-waited/neg-wait-true",
     ),
     pytest.param(
+        # healthChecks on the CDI CR passes as soon as it exists (kstatus reads no condition of it).
         two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthChecks": CDI_HEALTH}),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "may fail once",
+        id="not-waited/healthcheck-names-cr-without-ready-condition",
+    ),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthChecks": CDI_HEALTH, "healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
         "dependency-not-waited", set(), None,
-        id="not-waited/neg-healthcheck-names-cr",
+        id="not-waited/neg-healthcheck-names-cr-read-by-expr",
     ),
     pytest.param(
         two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_spec={"healthChecks": CM_HEALTH}),
@@ -305,9 +317,15 @@ API_CASES = [
         id="not-waited/neg-healthcheck-names-helmrelease",
     ),
     pytest.param(
-        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True, a_spec={"healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
         "dependency-not-waited", set(), None,
-        id="not-waited/neg-healthcheckexprs-cover-kind",
+        id="not-waited/neg-wait-and-healthcheckexprs-read-cr",
+    ),
+    pytest.param(
+        # healthCheckExprs alone choose no object to check: without wait or healthChecks a is Ready at once.
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_spec={"healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
+        "dependency-not-waited", {("dependency-not-waited", "b")}, "neither wait: true nor a healthChecks entry",
+        id="not-waited/healthcheckexprs-alone-wait-for-nothing",
     ),
     # unknown-kind
     pytest.param(
@@ -846,7 +864,10 @@ def test_render_failed(tmp_path, files, expected, needle):
 
 
 SOUND_CASES = [
-    pytest.param(two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True), id="runtime-crd-upstream-wait"),
+    pytest.param(
+        two_tiers([CDI_CRD, CDI_CR], [PROFILE], b_depends=["a"], a_wait=True, a_spec={"healthCheckExprs": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "current": "status.phase == 'Deployed'"}]}),
+        id="runtime-crd-upstream-wait",
+    ),
     pytest.param(two_tiers([CERT_MANAGER_NS, JETSTACK, cert_manager()], [ISSUER], b_depends=["a"], a_wait=True), id="chart-crd-upstream-wait"),
     pytest.param(two_tiers([WIDGET_CRD], [WIDGET], b_depends=["a"]), id="git-crd-upstream"),
     pytest.param(repo({"a": ks("a", "./a")}, {"a": [WIDGET_CRD, WIDGET, CDI_CRD, CDI_CR]}), id="crd-same-tier"),
@@ -895,10 +916,14 @@ def test_example_repo_from_cached_facts(tmp_path):
 @pytest.mark.parametrize("cluster", ["dev", "prod"])
 def test_example_repo_only_stale_tier_order(cluster):
     report = check_repository(EXAMPLE, cluster)
-    assert [(f.check, f.kustomization.name if f.kustomization else None) for f in report.findings] == [
-        ("tier-order-stale", "platform-config-cdi"),
-        ("bootstrap", None),  # info: standup.sh resumes the tiers in TIER_ORDER, each Ready before the next
+    # The CDI CR's readiness gap: platform-config's wait: true passes before StorageProfile's CRD exists.
+    assert [(f.check, f.kustomization.name if f.kustomization else None, f.severity) for f in report.findings] == [
+        ("dependency-not-waited", "platform-config-cdi", Severity.WARNING),
+        ("tier-order-stale", "platform-config-cdi", Severity.WARNING),
+        ("bootstrap", None, Severity.INFO),  # standup.sh resumes the tiers in TIER_ORDER, each Ready before the next
     ], [f.message for f in report.findings]
+    gap = report.findings[0].message
+    assert "may fail once" in gap and "healthCheckExprs" in gap and "CDI" in gap
     assert cli_main(["check", "--repo", str(EXAMPLE), "--cluster", cluster, "--output", "/dev/null"]) == 0  # warnings only
 
 
@@ -968,7 +993,7 @@ def test_text_output_lists_parents_before_their_children(tmp_path):
         {"apps": [obj("v1", "Namespace", "aaa"), ks("web", "./web", namespace="aaa", depends_on=["flux-system/zz"], **_SRC)], "web": [cm("w")], "zz": [cm("z")]},
     )
     text = format_text(run(tmp_path, files))
-    listed = [line.split()[0] for line in text.split("in apply order:\n", 1)[1].splitlines()]
+    listed = [line.split()[0] for line in text.split("in apply order:\n", 1)[1].split("\n\n")[0].splitlines()]
     assert listed == ["flux-system/flux-system", "flux-system/apps", "flux-system/zz", "aaa/web"]
 
 

@@ -212,10 +212,13 @@ def _waited(ctx: CheckContext, tier: TierId, provider: Provider) -> bool:
     if spec.wait:
         return True
     via = provider.via
+    # A healthCheckExprs entry (name and namespace "*") says how to read a kind, not what to wait for:
+    # only `wait` or `healthChecks` choose the objects (kustomize-controller checkHealth; RFC-0009).
     return any(
         h.kind == via.kind
         and h.group_kind.group == via.group
-        and h.name in ("*", via.name)
-        and h.namespace in ("*", via.namespace, "")
+        and h.name == via.name
+        and h.namespace in (via.namespace, "")
         for h in spec.health_checks
+        if not (h.name == "*" and h.namespace == "*")
     )
