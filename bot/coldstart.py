@@ -112,6 +112,24 @@ class ColdStart:
         return chain
 
 
+def compare(base: ColdStart | None, head: ColdStart | None) -> str | None:
+    """What a change does to a cold start: resolves or introduces a deadlock, or adds (saves) time."""
+    if head is None or base is None or not base.tiers:
+        return None
+    if not base.converges and head.converges:
+        return "this change resolves a cold-start deadlock"
+    if base.converges and not head.converges:
+        stuck = head.never()
+        return f"this change introduces a cold-start deadlock ({', '.join(t.name for t in stuck[:3])}{' …' if len(stuck) > 3 else ''} never Ready)"
+    if base.converges and head.converges:
+        added = head.max_delay_seconds - base.max_delay_seconds
+        if added > 0:
+            return f"this change adds up to {duration(added)} to a cold start"
+        if added < 0:
+            return f"this change saves up to {duration(-added)} on a cold start"
+    return None
+
+
 def duration(seconds: int) -> str:
     """`1m`, `1h`, `1h30m`, `45s`."""
     hours, rest = divmod(int(seconds), 3600)
@@ -317,7 +335,7 @@ class Simulation:
 
     def _health_reads(self, tier: _Tier, ref: ObjectRef) -> bool:
         """Whether `tier`'s health checks hold it until the controller has acted on `ref`."""
-        if not any(_same(ref, w) for w, _ in tier.waits_for):
+        if not tier.spec.wait and not any(_same(ref, w) for w, _ in tier.waits_for):
             return False
         if ref.group_kind not in NO_KSTATUS_READY:
             return True

@@ -185,6 +185,8 @@ def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
     parts = [f"### {md.text(verdict_line(report))}", ""]
     if report.findings:
         parts += [findings_table(report.findings, link_base), ""]
+    if report.cold_start is not None and report.cold_start.tiers:
+        parts += [md.text(f"Cold start: {report.cold_start.timeline()}"), ""]
     parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
     by_id = {t.id: t for t in report.tiers}
     for tier_id in listing_order(report):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bot import gitrepo
 from bot.diff import ClusterDiff, diff_clusters, prune_transient_findings
+from bot.coldstart import compare
 from bot.config import CONFIG_FILE, RepoConfig, load_repo_config
 from bot.engine import Analysis, CheckOptions, analyse, build_report, make_renderer, run_cache
 from bot.errors import UserError
@@ -45,6 +46,7 @@ class ClusterReview:
     kustomize_builds: int = 0  # builds actually run (the rest came from the cache)
     # with a live state: the tiers whose live preconditions were checked (changed ∪ move ends ∪ required)
     precondition_tiers: frozenset[TierId] = frozenset()
+    cold_start_change: str | None = None  # `this change resolves a cold-start deadlock` (bot/coldstart.py compare)
 
     @property
     def new_errors(self) -> int:
@@ -204,6 +206,7 @@ def _review(
         changed_tiers=frozenset(touched),
         kustomize_builds=head.renderer.builds_run + (base.renderer.builds_run if base else 0),
         precondition_tiers=precondition_tiers,
+        cold_start_change=compare(base.report.cold_start if base else None, head.report.cold_start),
     )
 
 

@@ -156,6 +156,8 @@ def _text_change(change: ObjectChange) -> str:
 def format_review_text(review: ClusterReview) -> str:
     """Plain text: verdict, base → head, findings (errors first, tagged new/pre-existing), changes per tier."""
     lines = [review_verdict_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
+    if review.cold_start_change:
+        lines[-1:-1] = [f"cold start: {review.cold_start_change}"]
     findings = _ordered_findings(review)
     for reviewed in findings:
         f = reviewed.finding
@@ -205,6 +207,7 @@ def review_to_json(review: ClusterReview) -> dict[str, Any]:
             "warnings": review.head.warnings,
         },
         "kustomizations": review.head.to_json()["kustomizations"],
+        **({"cold_start": {**review.head.cold_start.to_json(), "change": review.cold_start_change}} if review.head.cold_start is not None else {}),
         "findings": [{**f.finding.to_json(), "new": f.new} for f in _ordered_findings(review)],
         "changes": [
             {
@@ -513,7 +516,10 @@ def _finding_row(cluster: str | None, reviewed: ReviewedFinding, link_base: str 
 
 def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_len: int) -> str:
     """Verdict lines and the findings table, shortened (messages, then folded rows) to `max_len`."""
-    verdicts = "".join(f"### {md.text(review_verdict_line(r))}\n" for r in reviews) + "\n"
+    verdicts = "".join(
+        f"### {md.text(review_verdict_line(r))}\n" + (f"{md.text('Cold start: ' + r.cold_start_change)}\n" if r.cold_start_change else "")
+        for r in reviews
+    ) + "\n"
     multi = len(reviews) > 1
     rows = [
         (r.cluster if multi else None, f)

@@ -39,9 +39,14 @@ def test_example_shows_the_stale_tier_order(example: Path, capsys: pytest.Captur
     assert main(["check", "--repo", str(example), "--cluster", "prod", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [(f["check"], f["kustomization"], f["file"]) for f in report["findings"]] == [
+        ("dependency-not-waited", "flux-system/platform-config-cdi", "platform-config-cdi/cdi-storageprofiles.yaml"),
         ("tier-order-stale", "flux-system/platform-config-cdi", "bootstrap/standup.sh"),
         ("bootstrap", None, "bootstrap/standup.sh"),  # its resume loop applies the tiers in order (info)
     ]
+    cold = report["cold_start"]
+    assert cold["converges"] is True and cold["rounds"] == 6
+    assert cold["tiers"]["flux-system/platform-config-cdi"] == {"ready_round": 5, "failed_attempts": 1, "max_delay_seconds": 60, "blocked_by": "no served StorageProfile.cdi.kubevirt.io"}
+    assert cold["tiers"]["flux-system/apps-vms"]["max_delay_seconds"] == 60
     names = [k["name"] for k in report["kustomizations"]]
     assert names.index("platform-config") < names.index("platform-config-cdi") < names.index("apps-vms")
     vms = next(k for k in report["kustomizations"] if k["name"] == "apps-vms")
@@ -60,7 +65,7 @@ def test_output_file(example: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     target = tmp_path / "report.md"
     assert main(["check", "--repo", str(example), "--cluster", "dev", "--format", "markdown", "--output", str(target)]) == 0
     assert capsys.readouterr().out == ""
-    assert target.read_text().startswith("### ⚠️ dev: 1 warning")
+    assert target.read_text().startswith("### ⚠️ dev: 2 warnings")
 
 
 def test_error_finding_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

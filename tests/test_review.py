@@ -40,6 +40,14 @@ def test_base_is_the_incident(seed_pr: tuple[Path, str, str], tmp_path: Path, ca
     errors = [(f["check"], f["kustomization"], f["new"]) for f in report["findings"] if f["severity"] == "error"]
     assert errors == [("second-order-crd", "flux-system/platform-config", False)]
     assert code == 0  # nothing new: the same revision on both sides
+    seed = next(f for f in report["findings"] if f["check"] == "second-order-crd")
+    chain = "platform-config waits for StorageProfile.cdi.kubevirt.io ← created by cdi-operator after it reconciles CDI/cdi ← CDI/cdi is in platform-config, whose apply fails"
+    assert chain in seed["message"]
+    cold = report["cold_start"]
+    assert cold["converges"] is False and cold["change"] is None
+    assert cold["tiers"]["flux-system/platform-config"]["ready_round"] is None
+    assert cold["tiers"]["flux-system/platform-config"]["blocked_by"] == chain
+    assert cold["tiers"]["flux-system/apps-vms"]["blocked_by"].startswith("apps-vms dependsOn platform-config ← ")
 
 
 def test_seed_fix_reviewed(seed_pr: tuple[Path, str, str], tmp_path: Path) -> None:
@@ -51,6 +59,9 @@ def test_seed_fix_reviewed(seed_pr: tuple[Path, str, str], tmp_path: Path) -> No
     assert ("prune-transient", True) in by_check
     assert ("tier-order-stale", True) in by_check
     assert review.new_errors == 0
+    # The base deadlocks on a cold start (platform-config never Ready); the head converges.
+    assert review.cold_start_change == "this change resolves a cold-start deadlock"
+    assert review.head.cold_start is not None and review.head.cold_start.converges
     transient = next(r.finding for r in review.findings if r.finding.check == "prune-transient")
     assert transient.severity == Severity.WARNING
     assert transient.kustomization in (TierId("flux-system", "platform-config"), TierId("flux-system", "platform-config-cdi"))
