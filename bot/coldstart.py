@@ -184,10 +184,13 @@ class Simulation:
         self.providers = providers
         self.bootstrap = bootstrap
         self._resolved: dict[GroupKind, list[Provider]] = {}
-        self._where: dict[GroupKind, dict[tuple[str, str], TierId]] = {}
+        self._where: dict[GroupKind, dict[tuple[str, str], tuple[TierId, ...]]] = {}
         self._bootstrapped: dict[GroupKind, str | None] = {}
         self.tiers: dict[TierId, _Tier] = {tid: self._tier(spec) for tid, spec in graph.specs.items()}
-        self.helm_releases = {(h.ref.namespace, h.ref.name): h for t in self.tiers.values() for h in t.helm_releases}
+        self.helm_releases: dict[tuple[str, str], _HelmRelease] = {}
+        for tid in sorted(self.tiers):  # one applied by two tiers: the first's (deterministic)
+            for h in self.tiers[tid].helm_releases:
+                self.helm_releases.setdefault((h.ref.namespace, h.ref.name), h)
         order = [t for t in bootstrap.tier_order if t in self.tiers]
         self._held_by = {later: earlier for earlier, later in zip(order, order[1:])}
         self.round = 0
@@ -200,15 +203,27 @@ class Simulation:
             found = self._resolved[gk] = self.providers.resolve(gk)
         return found
 
-    def where(self, gk: GroupKind, namespace: str, name: str) -> TierId | None:
-        """The tier that applies object `gk` `namespace/name` (indexed per kind, on first use)."""
+    def where(self, gk: GroupKind, namespace: str, name: str) -> tuple[TierId, ...]:
+        """The tiers that apply object `gk` `namespace/name`, sorted (indexed per kind, on first use)."""
         index = self._where.get(gk)
         if index is None:
-            index = self._where[gk] = {}
+            found: dict[tuple[str, str], set[TierId]] = {}
             for tid, tier_facts in self.facts.items():
-                for stub in tier_facts.kinds.get(gk, ()):
-                    index.setdefault((stub.ref.namespace, stub.ref.name), tid)
-        return index.get((namespace, name))
+                if tid in self.tiers:
+                    for stub in tier_facts.kinds.get(gk, ()):
+                        found.setdefault((stub.ref.namespace, stub.ref.name), set()).add(tid)
+            index = self._where[gk] = {key: tuple(sorted(owners)) for key, owners in found.items()}
+        owners = index.get((namespace, name))
+        if owners is None and namespace == "":  # a healthChecks entry without namespace for a cluster-scoped object
+            owners = next((t for (_, n), t in sorted(index.items()) if n == name), None)
+        return owners or ()
+
+    def applied_by(self, owners: tuple[TierId, ...], gk: GroupKind, at: int) -> TierId | None:
+        """The first of `owners` that has written objects of `gk` by round `at` (an object applied twice exists once either has)."""
+        stage = stage_of(gk)
+        written = [(self.tiers[o].applied[stage], o) for o in owners if self.tiers[o].applied.get(stage) is not None]
+        written = [w for w in written if w[0] <= at]
+        return min(written)[1] if written else None
 
     def _tier(self, spec: TierSpec) -> _Tier:
         facts = self.facts.get(spec.id, TierFacts())
@@ -344,15 +359,12 @@ class Simulation:
     def object_ready(self, ref: ObjectRef, at: int) -> tuple[bool, TierId | None]:
         """Whether the object is Ready in round `at`, and the tier that applies it (None: not in git)."""
         gk = ref.group_kind
-        owner = self.where(gk, ref.namespace, ref.name)
-        if owner is None and ref.namespace == "":
-            owner = next((t for (ns, n), t in self._where.get(gk, {}).items() if n == ref.name), None)
-        if owner is None:
+        owners = self.where(gk, ref.namespace, ref.name)
+        if not owners:
             return True, None  # made by a chart or a controller: judged with what makes it
-        tier = self.tiers[owner]
-        applied = tier.applied.get(stage_of(gk))
-        if applied is None or applied > at:
-            return False, owner
+        owner = self.applied_by(owners, gk, at)
+        if owner is None:
+            return False, owners[0]
         if gk == HELM_RELEASE:
             release = self.helm_releases.get((ref.namespace, ref.name))
             return bool(release and release.installed is not None and release.installed <= at), owner
@@ -451,11 +463,9 @@ class Simulation:
         if release.source is None:
             return True
         kind, namespace, name = release.source
-        owner = self.where(GroupKind("source.toolkit.fluxcd.io", kind), namespace, name)
-        if owner is None or owner not in self.tiers:
-            return True
-        applied = self.tiers[owner].applied.get(stage_of(GroupKind("source.toolkit.fluxcd.io", kind)))
-        return applied is not None and applied <= r
+        gk = GroupKind("source.toolkit.fluxcd.io", kind)
+        owners = self.where(gk, namespace, name)
+        return not owners or self.applied_by(owners, gk, r) is not None
 
     def _release_ready(self, key: tuple[str, str], r: int) -> bool:
         release = self.helm_releases.get(key)
@@ -474,7 +484,8 @@ class Simulation:
         for tid in self.graph.order() + sorted(t for t in self.tiers if t not in self.graph.order()):
             tier = self.tiers[tid]
             before = [d for d in (*tier.spec.depends_on, tier.spec.defined_in, self._held_by.get(tid)) if d in delays]
-            delays[tid] = len(tier.failures) * tier.spec.retry_seconds + max((delays[d] for d in before), default=0)
+            own = len(tier.failures) * tier.spec.retry_seconds if tier.ready is not None else 0
+            delays[tid] = own + max((delays[d] for d in before), default=0)
         chains: dict[TierId, tuple[str, str]] = {}
         outcomes = {}
         for tid, tier in self.tiers.items():
@@ -488,13 +499,14 @@ class Simulation:
                 )
             else:
                 reason, chain = self._chain(tid, chains, set())
-                outcomes[tid] = TierOutcome(NEVER, len(tier.failures), delays.get(tid, 0), chain, tuple(dict.fromkeys(gk for _, gk in tier.failures)), reason)
+                # Never Ready: no delay to speak of; its failed attempts are those of the simulated rounds.
+                outcomes[tid] = TierOutcome(NEVER, len(tier.failures), 0, chain, tuple(dict.fromkeys(gk for _, gk in tier.failures)), reason)
         last = max((o.ready_round for o in outcomes.values() if o.ready_round is not None), default=0)
         return ColdStart(outcomes, last)
 
     def _chain(self, tid: TierId, memo: dict[TierId, tuple[str, str]], seen: set[TierId]) -> tuple[str, str]:
         """Why `tid` never becomes Ready: (reason, `a waits for X ← created by … ← …`)."""
-        if tid in memo:
+        if tid in memo and not seen:
             return memo[tid]
         if tid in seen:
             return "cycle", f"{tid.name} is on a cycle"
@@ -514,7 +526,8 @@ class Simulation:
         else:
             chain = self._health_chain(tid, memo, seen)
             out = ("deadlock" if chain.endswith(DEADLOCK_ENDINGS) else "health", chain)
-        memo[tid] = out
+        if not seen - {tid}:  # a chain is the same whichever tier asked first: only top-level ones are kept
+            memo[tid] = out
         return out
 
     def _dependency_chain(self, tid: TierId, memo, seen) -> tuple[str, str]:

@@ -1,0 +1,304 @@
+"""The cold-start simulation (bot/coldstart.py): one table test per rule, and properties on generated graphs.
+
+Built from hand-made tier specs and facts (no kustomize): the simulation reads facts only.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Iterable, Mapping
+
+import pytest
+
+from bot.bootstrap import Bootstrap, BootstrapEntry
+from bot.coldstart import ColdStart, compare, simulate
+from bot.facts import tier_facts
+from bot.graph import TierGraph
+from bot.knowledge import default_knowledge
+from bot.model import HealthCheck, Manifest, ObjectRef, SourceRef, TierId, TierSpec
+from bot.providers import ProviderIndex
+
+KNOWLEDGE = default_knowledge()
+NS = "flux-system"
+SOURCE = SourceRef("GitRepository", "flux-system", NS)
+
+
+def o(api_version: str, kind: str, name: str, namespace: str = "", **body: Any) -> Manifest:
+    return Manifest(ObjectRef(api_version, kind, namespace, name), {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
+
+
+def crd(group: str, kind: str) -> Manifest:
+    plural = kind.lower() + "s"
+    return o("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{plural}.{group}", spec={"group": group, "names": {"kind": kind, "plural": plural}})
+
+
+def child(name: str, **spec: Any) -> Manifest:
+    return o("kustomize.toolkit.fluxcd.io/v1", "Kustomization", name, NS, spec=spec)
+
+
+def release(name: str, namespace: str, chart: str, *, values: Mapping | None = None, depends: Iterable[str] = ()) -> Manifest:
+    spec: dict[str, Any] = {"chart": {"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": NS}}}}
+    if values is not None:
+        spec["values"] = dict(values)
+    if depends:
+        spec["dependsOn"] = [{"name": d} for d in depends]
+    return o("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, namespace, spec=spec)
+
+
+WIDGET_CRD = crd("example.com", "Widget")
+WIDGET = o("example.com/v1", "Widget", "w", "default")
+FOO_CLASS = o("example.com/v1", "FooClass", "fc")
+CDI_CRD = crd("cdi.kubevirt.io", "CDI")
+CDI_CR = o("cdi.kubevirt.io/v1beta1", "CDI", "cdi")
+PROFILE = o("cdi.kubevirt.io/v1beta1", "StorageProfile", "longhorn-vm")
+ISSUER = o("cert-manager.io/v1", "ClusterIssuer", "letsencrypt")
+CHARTS = o("source.toolkit.fluxcd.io/v1", "HelmRepository", "charts", NS)
+CERT_MANAGER = release("cert-manager", "cert-manager", "cert-manager", values={"crds": {"enabled": True}})
+CDI_EXPR = HealthCheck("cdi.kubevirt.io/v1beta1", "CDI", "*", "*")
+
+
+def spec(name: str, *, deps: Iterable[str] = (), wait: bool = False, parent: str | None = "flux-system", health: Iterable[HealthCheck] = (),
+         retry: int | None = None, interval: int = 600, suspend: bool = False, source: SourceRef = SOURCE) -> TierSpec:
+    return TierSpec(
+        id=TierId(NS, name), path=name, source=source, depends_on=tuple(TierId(NS, d) for d in deps), wait=wait,
+        health_checks=tuple(health), defined_in=TierId(NS, parent) if parent and parent != name else None,
+        interval=interval, retry_interval=retry, suspend=suspend,
+    )
+
+
+def cluster(tiers: Mapping[str, tuple[TierSpec, Iterable[Manifest]]], bootstrap: Bootstrap = Bootstrap()) -> ColdStart:
+    """Simulate: `tiers` maps a name to (spec, objects); `flux-system` (the entry) applies every other tier."""
+    tiers = dict(tiers)
+    if "flux-system" not in tiers:
+        tiers = {"flux-system": (spec("flux-system", parent=None), [child(n) for n in tiers]), **tiers}
+    graph = TierGraph(s for s, _ in tiers.values())
+    facts = {TierId(NS, n): tier_facts(list(objs), KNOWLEDGE) for n, (_, objs) in tiers.items()}
+    return simulate(graph, facts, ProviderIndex(None, KNOWLEDGE, facts), bootstrap)  # type: ignore[arg-type]
+
+
+def t(name: str) -> TierId:
+    return TierId(NS, name)
+
+
+# -- one rule each ------------------------------------------------------------------------------------
+
+
+def test_staged_apply_keeps_stage_one_when_a_class_kind_fails() -> None:
+    """A kind with no CRD fails its stage (nothing of it applied); the CRDs of stage 1 stay applied."""
+    result = cluster({"a": (spec("a"), [WIDGET_CRD, FOO_CLASS]), "b": (spec("b", deps=[]), [WIDGET])})
+    a, b = result.tiers[t("a")], result.tiers[t("b")]
+    assert a.ready_round is None and a.reason == "apply"
+    assert a.blocked_by == "a waits for FooClass.example.com ← nobody applies what provides it"
+    # b's first apply races a's stage 1 (same round), its retry finds Widget's CRD served.
+    assert (b.ready_round, b.failed_attempts) == (3, 1)
+    assert not result.converges
+
+
+def test_crd_in_same_tier_is_stage_one() -> None:
+    result = cluster({"a": (spec("a"), [WIDGET_CRD, WIDGET])})
+    assert result.tiers[t("a")].ready_round == 2 and result.tiers[t("a")].failed_attempts == 0
+    assert result.converges and result.rounds == 2
+
+
+def test_retry_after_retry_interval() -> None:
+    """A CR whose CRD another tier applies, without dependsOn: fails once, Ready after retryInterval."""
+    result = cluster({"a": (spec("a"), [WIDGET_CRD]), "b": (spec("b", retry=120), [WIDGET])})
+    b = result.tiers[t("b")]
+    assert (b.ready_round, b.failed_attempts, b.max_delay_seconds) == (3, 1, 120)
+    assert b.failed_on[0].kind == "Widget"
+    no_retry = cluster({"a": (spec("a"), [WIDGET_CRD]), "b": (spec("b", interval=900), [WIDGET])})
+    assert no_retry.tiers[t("b")].max_delay_seconds == 900  # retryInterval defaults to interval
+
+
+def test_depends_on_waits_for_ready_and_delay_propagates() -> None:
+    result = cluster({
+        "a": (spec("a"), [WIDGET_CRD]),
+        "b": (spec("b", deps=["a"]), [WIDGET]),
+        "c": (spec("c", retry=60), [WIDGET]),
+        "d": (spec("d", deps=["c"]), [o("v1", "ConfigMap", "x", "default")]),
+    })
+    assert result.tiers[t("b")].ready_round == 3 and result.tiers[t("b")].failed_attempts == 0
+    assert result.tiers[t("d")].max_delay_seconds == 60  # behind c's failed apply
+
+
+def test_revision_gate_only_for_the_same_source() -> None:
+    """A dependency on another source (not rendered here) is Ready on its own revision: no gate, no block."""
+    other = SourceRef("GitRepository", "other", NS)
+    result = cluster({"ext": (spec("ext", source=other), []), "b": (spec("b", deps=["ext"]), [o("v1", "ConfigMap", "x", "default")])})
+    assert result.converges and result.tiers[t("b")].ready_round == 3
+
+
+def test_health_check_on_a_dependents_object_deadlocks() -> None:
+    result = cluster({
+        "certs": (spec("certs", health=[HealthCheck("cert-manager.io/v1", "ClusterIssuer", "letsencrypt", "")]), [crd("cert-manager.io", "ClusterIssuer")]),
+        "issuers": (spec("issuers", deps=["certs"]), [ISSUER]),
+    })
+    certs = result.tiers[t("certs")]
+    assert certs.ready_round is None and certs.reason == "deadlock"
+    assert certs.blocked_by == "certs waits for ClusterIssuer/letsencrypt (healthChecks) ← applied by issuers, which dependsOn certs (each waits for the other)"
+    assert result.tiers[t("issuers")].reason == "dependency"
+
+
+def test_health_check_on_an_unordered_tiers_object_waits_for_it() -> None:
+    result = cluster({
+        "certs": (spec("certs", health=[HealthCheck("cert-manager.io/v1", "ClusterIssuer", "letsencrypt", "")]), [crd("cert-manager.io", "ClusterIssuer")]),
+        "issuers": (spec("issuers"), [ISSUER]),
+    })
+    assert result.converges and result.tiers[t("certs")].ready_round == 3
+
+
+def test_child_depending_on_its_waiting_parent_deadlocks() -> None:
+    result = cluster({
+        "parent": (spec("parent", wait=True), [child("kid")]),
+        "kid": (spec("kid", parent="parent", deps=["parent"]), [o("v1", "ConfigMap", "x", "default")]),
+    })
+    parent = result.tiers[t("parent")]
+    assert parent.reason == "deadlock" and "kid dependsOn parent, its own parent" in parent.blocked_by
+    no_wait = cluster({
+        "parent": (spec("parent"), [child("kid")]),
+        "kid": (spec("kid", parent="parent", deps=["parent"]), [o("v1", "ConfigMap", "x", "default")]),
+    })
+    assert no_wait.converges
+
+
+def test_helmrelease_brings_its_charts_crds() -> None:
+    waited = cluster({"cm": (spec("cm", wait=True), [CHARTS, CERT_MANAGER]), "issuers": (spec("issuers", deps=["cm"]), [ISSUER])})
+    assert waited.tiers[t("issuers")].failed_attempts == 0 and waited.converges
+    # Without wait cm is Ready before helm-controller has installed the chart: issuers may fail once.
+    unwaited = cluster({"cm": (spec("cm"), [CHARTS, CERT_MANAGER]), "issuers": (spec("issuers", deps=["cm"]), [ISSUER])})
+    assert unwaited.tiers[t("issuers")].failed_attempts == 1 and unwaited.converges
+    same = cluster({"cm": (spec("cm", wait=True), [CHARTS, CERT_MANAGER, ISSUER])})
+    assert same.tiers[t("cm")].ready_round is None
+    assert same.tiers[t("cm")].blocked_by == (
+        "cm waits for ClusterIssuer.cert-manager.io ← installed by HelmRelease cert-manager/cert-manager ← HelmRelease/cert-manager is in cm, whose apply fails"
+    )
+
+
+def test_helmrelease_depends_on() -> None:
+    """A HelmRelease installs only after its own dependsOn HelmReleases; a wait on it waits for that too."""
+    app = release("app", "apps", "podinfo", depends=["db"])
+    stuck = release("db", "apps", "postgres")
+    result = cluster({
+        "apps": (spec("apps", wait=True), [CHARTS, app]),
+        "db": (spec("db", deps=["apps"], wait=True), [stuck]),
+    })
+    apps = result.tiers[t("apps")]
+    assert apps.ready_round is None and apps.reason == "health"
+    assert apps.blocked_by.startswith("apps waits for HelmRelease/app (wait: true)")
+    fine = cluster({"apps": (spec("apps", wait=True), [CHARTS, app, stuck])})
+    assert fine.converges
+
+
+def test_runtime_crds_appear_once_the_operator_reconciles_its_cr() -> None:
+    same = cluster({"cfg": (spec("cfg", wait=True), [CDI_CRD, CDI_CR, PROFILE])})
+    assert same.tiers[t("cfg")].blocked_by == (
+        "cfg waits for StorageProfile.cdi.kubevirt.io ← created by cdi-operator after it reconciles CDI/cdi ← CDI/cdi is in cfg, whose apply fails"
+    )
+    # wait: true passes the CDI CR at once (no Ready condition kstatus reads): the dependent may fail once.
+    gap = cluster({"cfg": (spec("cfg", wait=True), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"], retry=60), [PROFILE])})
+    assert (gap.tiers[t("profiles")].failed_attempts, gap.tiers[t("profiles")].max_delay_seconds) == (1, 60)
+    read = cluster({"cfg": (spec("cfg", wait=True, health=[CDI_EXPR]), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"]), [PROFILE])})
+    assert read.tiers[t("profiles")].failed_attempts == 0
+    # healthCheckExprs alone wait for nothing.
+    exprs_only = cluster({"cfg": (spec("cfg", health=[CDI_EXPR]), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"]), [PROFILE])})
+    assert exprs_only.tiers[t("profiles")].failed_attempts == 1
+
+
+def test_bootstrap_provides_crds_releases_and_order() -> None:
+    tiers = {"issuers": (spec("issuers"), [ISSUER]), "cm": (spec("cm", deps=["issuers"]), [CHARTS, CERT_MANAGER])}
+    bare = cluster(tiers)
+    assert bare.tiers[t("issuers")].ready_round is None  # cert-manager installs only after issuers is Ready
+    for bootstrap in (
+        Bootstrap(crds=frozenset({("cert-manager.io", "ClusterIssuer")})),
+        Bootstrap(crd_releases=frozenset({("cert-manager", "cert-manager")})),
+        Bootstrap(releases=frozenset({("cert-manager", "cert-manager")})),
+        Bootstrap(crd_charts=frozenset({"cert-manager"})),
+    ):
+        result = cluster(tiers, bootstrap)
+        assert result.converges and result.tiers[t("issuers")].failed_attempts == 0, bootstrap
+    ordered = cluster(
+        {"a": (spec("a"), [WIDGET_CRD]), "b": (spec("b"), [WIDGET])},
+        Bootstrap(tier_order=(t("a"), t("b")), entries=(BootstrapEntry("tier-order", "standup.sh", "tiers a, b in order"),)),
+    )
+    assert ordered.tiers[t("b")].failed_attempts == 0 and ordered.tiers[t("b")].ready_round == 3
+
+
+def test_suspended_and_cycle() -> None:
+    result = cluster({
+        "s": (spec("s", suspend=True), []),
+        "x": (spec("x", deps=["y"]), []),
+        "y": (spec("y", deps=["x"]), []),
+    })
+    assert result.tiers[t("s")].reason == "suspended" and t("s") not in result.never()
+    assert result.tiers[t("x")].ready_round is None and "cycle" in result.tiers[t("x")].blocked_by
+
+
+def test_output_json_timeline_and_compare() -> None:
+    stuck = cluster({"cfg": (spec("cfg", wait=True), [CDI_CRD, CDI_CR, PROFILE]), "apps": (spec("apps", deps=["cfg"]), [])})
+    assert stuck.to_json()["converges"] is False
+    assert stuck.to_json()["tiers"]["flux-system/apps"] == {
+        "ready_round": None, "failed_attempts": 0, "max_delay_seconds": 0,
+        "blocked_by": "apps dependsOn cfg ← " + stuck.tiers[t("cfg")].blocked_by,
+    }
+    assert stuck.timeline().startswith("round 1: flux-system · never: apps (behind cfg); cfg (cfg waits for StorageProfile")
+    fixed = cluster({"cfg": (spec("cfg", wait=True, health=[CDI_EXPR]), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"]), [PROFILE])})
+    slow = cluster({"cfg": (spec("cfg", wait=True, interval=3600), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"], interval=3600), [PROFILE])})
+    assert fixed.timeline() == "round 1: flux-system · round 2: cfg · round 3: profiles"
+    assert compare(stuck, fixed) == "this change resolves a cold-start deadlock"
+    assert compare(fixed, stuck).startswith("this change introduces a cold-start deadlock (apps, cfg")
+    assert compare(fixed, slow) == "this change adds up to 1h to a cold start"
+    assert compare(fixed, fixed) is None
+
+
+# -- properties on generated graphs ----------------------------------------------------------------------
+
+KINDS = [("example.com", f"Kind{i}") for i in range(6)] + [("example.com", "BarClass")]
+
+
+def generated(rng: random.Random) -> dict[str, tuple[TierSpec, list[Manifest]]]:
+    """A random acyclic cluster: CRDs, CRs, CDI operators and cert-manager releases spread over tiers."""
+    n = rng.randint(2, 9)
+    names = [f"t{i}" for i in range(n)]
+    tiers: dict[str, tuple[TierSpec, list[Manifest]]] = {}
+    for i, name in enumerate(names):
+        deps = [d for d in names[:i] if rng.random() < 0.3]
+        health = [CDI_EXPR] if rng.random() < 0.2 else []
+        objs: list[Manifest] = []
+        for group, kind in KINDS:
+            roll = rng.random()
+            if roll < 0.12:
+                objs.append(crd(group, kind))
+            elif roll < 0.3:
+                objs.append(o(f"{group}/v1", kind, f"{kind.lower()}-{name}", "" if kind.endswith("Class") else "default"))
+        if rng.random() < 0.2:
+            objs += [CDI_CRD, o("cdi.kubevirt.io/v1beta1", "CDI", f"cdi-{name}")]
+        if rng.random() < 0.2:
+            objs.append(o("cdi.kubevirt.io/v1beta1", "StorageProfile", f"p-{name}"))
+        if rng.random() < 0.15:
+            objs += [CHARTS, release(f"cm-{name}", "cert-manager", "cert-manager", values={"crds": {"enabled": True}})]
+        if rng.random() < 0.2:
+            objs.append(o("cert-manager.io/v1", "ClusterIssuer", f"ci-{name}"))
+        tiers[name] = (spec(name, deps=deps, wait=rng.random() < 0.5, health=health, interval=rng.choice([60, 300, 600])), objs)
+    return tiers
+
+
+def more_bootstrap(rng: random.Random, tiers: Mapping[str, tuple[TierSpec, list[Manifest]]]) -> Bootstrap:
+    crds = {k for k in KINDS if rng.random() < 0.4} | ({("cdi.kubevirt.io", "StorageProfile")} if rng.random() < 0.3 else set())
+    releases = {(m.ref.namespace, m.ref.name) for _, objs in tiers.values() for m in objs if m.ref.kind == "HelmRelease" and rng.random() < 0.5}
+    return Bootstrap(crds=frozenset(crds), releases=frozenset(releases), crd_charts=frozenset({"cert-manager"} if rng.random() < 0.3 else set()))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generated_graphs_deterministic_and_bootstrap_only_helps(seed: int) -> None:
+    rng = random.Random(seed)
+    tiers = generated(rng)
+    first = cluster(tiers)
+    assert first == cluster(dict(reversed(list(tiers.items())))), "the result must not depend on input order"
+    bootstrap = more_bootstrap(rng, tiers)
+    helped = cluster(tiers, bootstrap)
+    if first.converges:
+        assert helped.converges
+    for tier, outcome in first.tiers.items():
+        if outcome.ready_round is not None:
+            assert helped.tiers[tier].ready_round is not None, (tier, helped.tiers[tier])
+            assert helped.tiers[tier].ready_round <= outcome.ready_round
