@@ -375,14 +375,15 @@ class Simulation:
 
     # -- the rounds -------------------------------------------------------------------------------
 
-    def run(self) -> ColdStart:
+    def run(self) -> "Simulation":
+        """Play the rounds until nothing changes (then read `result()`)."""
         limit = 3 * len(self.tiers) + 6
         quiet = 0
         while self.round < limit and quiet < 2:
             self.round += 1
             changed = self._step(self.round)
             quiet = 0 if changed else quiet + 1
-        return self.result()
+        return self
 
     def _step(self, r: int) -> bool:
         changed = False
@@ -517,8 +518,11 @@ class Simulation:
             out = ("suspended", f"{name} is suspended")
         elif tier.exists is None:
             parent = tier.spec.defined_in
-            _, rest = self._chain(parent, memo, seen) if parent in self.tiers else ("", "")
-            out = ("parent", f"{name} is applied by {parent.name if parent else '?'}" + (f" ← {rest}" if rest else ""))
+            if parent in seen:  # the parent's apply waits for what this child brings
+                out = ("parent", f"{name} is applied by {parent.name}, whose apply fails")
+            else:
+                _, rest = self._chain(parent, memo, seen) if parent in self.tiers else ("", "")
+                out = ("parent", f"{name} is applied by {parent.name if parent else '?'}" + (f" ← {rest}" if rest else ""))
         elif tier.attempted is None:
             out = self._dependency_chain(tid, memo, seen)
         elif 3 not in tier.applied:
@@ -604,5 +608,5 @@ def simulate(
     graph: TierGraph, facts: Mapping[TierId, TierFacts], providers: ProviderIndex, bootstrap: Bootstrap = Bootstrap()
 ) -> ColdStart:
     """A cold start of the cluster (see the module docstring)."""
-    return Simulation(graph, facts, providers, bootstrap).run()
+    return Simulation(graph, facts, providers, bootstrap).run().result()
 

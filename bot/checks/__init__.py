@@ -32,9 +32,7 @@ class CheckContext:
     @cached_property
     def simulation(self) -> Simulation:
         """The cold start of this cluster with its bootstrap, run once (bot/coldstart.py)."""
-        simulation = Simulation(self.graph, self.facts, self.providers, self.bootstrap)
-        simulation.run()
-        return simulation
+        return Simulation(self.graph, self.facts, self.providers, self.bootstrap).run()
 
     @cached_property
     def cold_start(self) -> ColdStart:

@@ -33,8 +33,6 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             owner_names = name_list(str(o) for o in owners)
             first = objects[0]
             severity, cold = _by_cold_start(ctx, tier_id, owners)
-            if severity is None:
-                continue
             yield Finding(
                 "missing-provider",
                 severity,
@@ -47,14 +45,19 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId]) -> tuple[Severity | None, str]:
-    """The simulated cold start's say: an error when no owner ever applies the provider, None when the
-    bootstrap's tier order holds `tier` until an owner is Ready, else a warning."""
+def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId]) -> tuple[Severity, str]:
+    """Info when only the bootstrap's tier order holds `tier` until an owner is Ready; else a warning,
+    with the chain when the simulated cold start never applies the provider.
+
+    Not an error: a PVC, Certificate or Gateway naming a provider that does not exist yet is accepted
+    and waits for it; the tier that never applies the provider carries its own error.
+    """
     simulation = ctx.simulation
     if any(simulation.ordered_by_bootstrap(tier, o) for o in owners):
-        return None, ""
+        entry = simulation.tier_order_entry()
+        return Severity.INFO, f". Fine on a cold start only because of the bootstrap: {entry.description}" + (f" ({entry.source})" if entry.source else "")
     outcomes = ctx.cold_start.tiers
-    stuck = [o for o in sorted(owners) if o in outcomes and outcomes[o].ready_round is None and outcomes[o].reason in ("apply", "dependency", "parent", "cycle", "deadlock")]
-    if len(stuck) == len(owners) and stuck:
-        return Severity.ERROR, f". Cold start: it is never applied ({outcomes[stuck[0]].blocked_by})"
+    stuck = [o for o in sorted(owners) if o in outcomes and outcomes[o].ready_round is None and outcomes[o].reason != "suspended"]
+    if stuck and len(stuck) == len(owners):
+        return Severity.WARNING, f". Cold start: it is never applied ({outcomes[stuck[0]].blocked_by})"
     return Severity.WARNING, ""
