@@ -6,17 +6,22 @@ Built from hand-made tier specs and facts (no kustomize): the simulation reads f
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pytest
 
+import bot.engine
 from bot.bootstrap import Bootstrap, BootstrapEntry
+from bot.checks import CheckContext
 from bot.coldstart import ColdStart, compare, simulate
+from bot.engine import check_repository
 from bot.facts import tier_facts
 from bot.graph import TierGraph
 from bot.knowledge import default_knowledge
-from bot.model import HealthCheck, Manifest, ObjectRef, SourceRef, TierId, TierSpec
+from bot.model import HealthCheck, Manifest, ObjectRef, Severity, SourceRef, TierId, TierSpec
 from bot.providers import ProviderIndex
+from tests.fluxrepo import dump, flux_repo, ks, kustomization, write_tree
 
 KNOWLEDGE = default_knowledge()
 NS = "flux-system"
@@ -302,3 +307,81 @@ def test_generated_graphs_deterministic_and_bootstrap_only_helps(seed: int) -> N
         if outcome.ready_round is not None:
             assert helped.tiers[tier].ready_round is not None, (tier, helped.tiers[tier])
             assert helped.tiers[tier].ready_round <= outcome.ready_round
+
+
+# -- through `check` (real kustomize) -----------------------------------------------------------------------
+
+def _tier_dir(path: str, *objects: Mapping[str, Any]) -> dict[str, str]:
+    return {f"{path}/kustomization.yaml": kustomization("objects.yaml"), f"{path}/objects.yaml": dump(*objects)}
+
+
+def _crd(group: str, kind: str) -> dict[str, Any]:
+    return dict(crd(group, kind).body)
+
+
+def _check(tmp_path: Path, tiers: Mapping[str, Mapping[str, Any]], dirs: Mapping[str, list], monkeypatch=None, bootstrap: Bootstrap | None = None):
+    files = flux_repo(tiers)
+    for path, objects in dirs.items():
+        files.update(_tier_dir(path, *objects))
+    write_tree(tmp_path, files)
+    if bootstrap is not None:
+        monkeypatch.setattr(bot.engine, "CheckContext", lambda **kw: CheckContext(**kw, bootstrap=bootstrap))
+    return check_repository(tmp_path, "dev")
+
+
+ISSUER_BODY = dict(ISSUER.body, spec={"selfSigned": {}})
+WIDGET_BODY = dict(WIDGET.body, spec={})
+
+
+def test_health_check_deadlock_finding(tmp_path: Path) -> None:
+    health = [{"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer", "name": "letsencrypt"}]
+    report = _check(
+        tmp_path,
+        {"certs": ks("certs", "./certs", healthChecks=health), "issuers": ks("issuers", "./issuers", depends_on=["certs"])},
+        {"certs": [_crd("cert-manager.io", "ClusterIssuer")], "issuers": [ISSUER_BODY]},
+    )
+    [finding] = [f for f in report.findings if f.check == "health-check-deadlock"]
+    assert finding.severity == Severity.ERROR and finding.kustomization == t("certs")
+    assert "certs waits for ClusterIssuer/letsencrypt (healthChecks) ← applied by issuers, which dependsOn certs" in finding.message
+    assert report.cold_start is not None and not report.cold_start.converges
+
+
+def test_child_depending_on_waiting_parent_is_a_deadlock_finding(tmp_path: Path) -> None:
+    report = _check(
+        tmp_path,
+        {"parent": ks("parent", "./parent", wait=True)},
+        {"parent": [ks("kid", "./kid", depends_on=["parent"])], "kid": [dict(o("v1", "ConfigMap", "x", "default").body, data={"k": "v"})]},
+    )
+    assert [(f.check, f.kustomization.name) for f in report.findings if f.severity == Severity.ERROR] == [("health-check-deadlock", "parent")]
+
+
+def test_unordered_crd_is_a_warning_with_the_retry(tmp_path: Path) -> None:
+    report = _check(tmp_path, {"a": ks("a", "./a"), "b": ks("b", "./b", retryInterval="2m")}, {"a": [_crd("example.com", "Widget")], "b": [WIDGET_BODY]})
+    [finding] = [f for f in report.findings if f.check == "crd-not-ordered"]
+    assert finding.severity == Severity.WARNING
+    assert finding.message.endswith("Cold start: b is Ready in round 3 after 1 failed attempt, up to 2m late")
+
+
+def test_bootstrap_makes_it_info_naming_the_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bootstrap = Bootstrap(
+        crds=frozenset({("example.com", "Widget")}),
+        entries=(BootstrapEntry("declared", ".fluxwarden.yaml", "1 CRD declared (Widget.example.com)"),),
+    )
+    report = _check(tmp_path, {"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": [_crd("example.com", "Widget")], "b": [WIDGET_BODY]}, monkeypatch, bootstrap)
+    [finding] = [f for f in report.findings if f.check == "crd-not-ordered"]
+    assert finding.severity == Severity.INFO
+    assert finding.message.startswith("fine on a cold start only because of the bootstrap: 1 CRD declared (Widget.example.com) (.fluxwarden.yaml)")
+
+
+def test_crd_in_a_tier_behind_a_never_ready_one_stays_an_error_with_the_chain(tmp_path: Path) -> None:
+    """The parent applies a CR whose CRD only its own child's HelmRelease brings: a cold start never gets past it."""
+    report = _check(
+        tmp_path,
+        {"apps": ks("apps", "./apps")},
+        {"apps": [ks("cm", "./cm"), ISSUER_BODY], "cm": [dict(CHARTS.body, spec={"url": "https://charts.jetstack.io", "interval": "1h"}), dict(CERT_MANAGER.body, spec={**CERT_MANAGER.body["spec"], "interval": "1h"})]},
+    )
+    errors = [f for f in report.findings if f.severity == Severity.ERROR]
+    assert [(f.check, f.kustomization.name) for f in errors] == [("crd-not-ordered", "apps")]
+    assert errors[0].message.endswith(
+        "apps waits for ClusterIssuer.cert-manager.io ← installed by HelmRelease cert-manager/cert-manager ← HelmRelease/cert-manager is in cm ← cm is applied by apps, whose apply fails"
+    )
