@@ -245,3 +245,18 @@ def test_nothing_rendered_on_both_sides_is_never_pre_existing(tmp_path: Path, ca
     assert result_state(review).status.state == "failure"
     assert main(["check", "--repo", str(root), "--cluster", "dev", "--base", base, "--head", head, "--no-cache"]) == 1
     assert "nothing-rendered" in capsys.readouterr().out
+
+
+def test_seed_fix_says_it_resolves_the_deadlock(seed_pr: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, base, head = seed_pr
+    args = ["check", "--repo", str(root), "--cluster", "prod", "--base", base, "--head", head, "--cache-dir", str(tmp_path / "c")]
+    main([*args, "--format", "text"])
+    assert "cold start: this change resolves a cold-start deadlock" in capsys.readouterr().out
+    main([*args, "--format", "json"])
+    cold = json.loads(capsys.readouterr().out)["cold_start"]
+    assert cold["change"] == "this change resolves a cold-start deadlock" and cold["converges"] is True
+    main([*args, "--format", "markdown"])
+    assert "Cold start: this change resolves a cold-start deadlock" in capsys.readouterr().out
+    # Reverting the fix introduces the deadlock again.
+    main(["check", "--repo", str(root), "--cluster", "prod", "--base", head, "--head", base, "--cache-dir", str(tmp_path / "c"), "--format", "text"])
+    assert "cold start: this change introduces a cold-start deadlock (apps, apps-vms, platform-config never Ready)" in capsys.readouterr().out
