@@ -89,27 +89,31 @@ class ColdStart:
             "tiers": {str(t): o.to_json() for t, o in sorted(self.tiers.items())},
         }
 
-    def timeline(self) -> str:
-        """`round 1: flux-system · round 2: infra, cert-manager · … · never: platform-config (…)`."""
+    def timeline(self, limit: int = 8) -> str:
+        """`round 1: flux-system · round 2: infra, cert-manager · … · never: platform-config (…); apps behind platform-config`."""
         by_round: dict[int, list[str]] = {}
         for tier, outcome in sorted(self.tiers.items()):
             if outcome.ready_round is not None:
                 retried = f" (after {outcome.failed_attempts} failed)" if outcome.failed_attempts else ""
                 by_round.setdefault(outcome.ready_round, []).append(tier.name + retried)
-        parts = [f"round {r}: {', '.join(names)}" for r, names in sorted(by_round.items())]
-        never = [f"{t.name} ({self._short_chain(t)})" for t in self.never()]
-        if never:
-            parts.append("never: " + "; ".join(never))
+        parts = [f"round {r}: {_names(names, limit)}" for r, names in sorted(by_round.items())]
+        roots: list[str] = []
+        behind: dict[str, list[str]] = {}
+        for tier in self.never():
+            outcome = self.tiers[tier]
+            chain = outcome.blocked_by or ""
+            if outcome.reason in ("dependency", "parent") and " ← " in chain:
+                behind.setdefault(chain.split(" ← ")[0].split()[-1].rstrip(","), []).append(tier.name)
+            else:
+                roots.append(f"{tier.name} ({chain})")
+        stuck = roots + [f"{_names(names, limit)} behind {blocker}" for blocker, names in sorted(behind.items())]
+        if stuck:
+            parts.append("never: " + "; ".join(stuck))
         return " · ".join(parts)
 
 
-    def _short_chain(self, tier: TierId) -> str:
-        """The whole chain for a tier that is stuck itself; `waits for X` for one stuck behind another."""
-        outcome = self.tiers[tier]
-        chain = outcome.blocked_by or ""
-        if outcome.reason in ("dependency", "parent") and " ← " in chain:
-            return "behind " + chain.split(" ← ")[0].split()[-1]
-        return chain
+def _names(names: list[str], limit: int) -> str:
+    return ", ".join(names) if len(names) <= limit else ", ".join(names[:limit]) + f" and {len(names) - limit} more"
 
 
 def compare(base: ColdStart | None, head: ColdStart | None) -> str | None:

@@ -245,7 +245,9 @@ def test_output_json_timeline_and_compare() -> None:
         "ready_round": None, "failed_attempts": 0, "max_delay_seconds": 0,
         "blocked_by": "apps dependsOn cfg ← " + stuck.tiers[t("cfg")].blocked_by,
     }
-    assert stuck.timeline().startswith("round 1: flux-system · never: apps (behind cfg); cfg (cfg waits for StorageProfile")
+    assert stuck.timeline() == "round 1: flux-system · never: cfg (" + stuck.tiers[t("cfg")].blocked_by + "); apps behind cfg"
+    many = cluster({f"t{i:02}": (spec(f"t{i:02}"), []) for i in range(12)})
+    assert many.timeline() == "round 1: flux-system · round 2: t00, t01, t02, t03, t04, t05, t06, t07 and 4 more"
     fixed = cluster({"cfg": (spec("cfg", wait=True, health=[CDI_EXPR]), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"]), [PROFILE])})
     slow = cluster({"cfg": (spec("cfg", wait=True, interval=3600), [CDI_CRD, CDI_CR]), "profiles": (spec("profiles", deps=["cfg"], interval=3600), [PROFILE])})
     assert fixed.timeline() == "round 1: flux-system · round 2: cfg · round 3: profiles"
