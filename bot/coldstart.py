@@ -169,7 +169,7 @@ class _Tier:
     attempted: int | None = None
     applied: dict[int, int] = field(default_factory=dict)  # stage → round it was written
     ready: int | None = None
-    failures: list[tuple[int, GroupKind]] = field(default_factory=list)
+    failures: list[tuple[int, tuple[GroupKind, ...]]] = field(default_factory=list)  # (round, kinds not served)
     missing: GroupKind | None = None  # what its last failed apply missed
 
 
@@ -238,8 +238,11 @@ class Simulation:
             stage = stage_of(gk)
             if stage == 1 or gk in facts.own_crds or gk == KUSTOMIZATION:
                 continue
-            if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in self.resolve(gk)):
+            providers = self.resolve(gk)
+            if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers):
                 continue
+            if not any(p.tier in self.graph.specs for p in providers):
+                continue  # nobody in this cluster provides it: not judged here (unknown-kind says so)
             needs[stage].append(gk)
         helm_releases = [self._helm_release(spec.id, m.ref, m.body) for m in facts.helm_releases]
         triggers = sorted(
@@ -432,10 +435,11 @@ class Simulation:
         for stage in (2, 3):
             if stage in tier.applied:
                 continue
-            missing = next((gk for gk in tier.needs[stage] if not self.served(gk, r)), None)
-            if missing is not None:
+            # Every object of the stage is dry-run before any is written: all its missing kinds are reported.
+            missing = tuple(gk for gk in tier.needs[stage] if not self.served(gk, r))
+            if missing:
                 tier.failures.append((r, missing))
-                tier.missing = missing
+                tier.missing = missing[0]
                 return True
             tier.applied[stage] = r
         return True
@@ -499,13 +503,13 @@ class Simulation:
                     tier.ready,
                     len(tier.failures),
                     delays.get(tid, 0),
-                    f"no served {tier.failures[0][1]}" if tier.failures else None,
-                    tuple(dict.fromkeys(gk for _, gk in tier.failures)),
+                    f"no served {tier.failures[0][1][0]}" if tier.failures else None,
+                    tuple(dict.fromkeys(gk for _, kinds in tier.failures for gk in kinds)),
                 )
             else:
                 reason, chain = self._chain(tid, chains, set())
                 # Never Ready: no delay to speak of; its failed attempts are those of the simulated rounds.
-                outcomes[tid] = TierOutcome(NEVER, len(tier.failures), 0, chain, tuple(dict.fromkeys(gk for _, gk in tier.failures)), reason)
+                outcomes[tid] = TierOutcome(NEVER, len(tier.failures), 0, chain, tuple(dict.fromkeys(gk for _, kinds in tier.failures for gk in kinds)), reason)
         last = max((o.ready_round for o in outcomes.values() if o.ready_round is not None), default=0)
         return ColdStart(outcomes, last)
 
@@ -514,7 +518,7 @@ class Simulation:
         if tid in memo and not seen:
             return memo[tid]
         if tid in seen:
-            return "cycle", f"{tid.name} is on a cycle"
+            return "cycle", f"back to {tid.name}"
         seen = seen | {tid}
         tier = self.tiers[tid]
         name = tid.name
@@ -530,7 +534,7 @@ class Simulation:
         elif tier.attempted is None:
             out = self._dependency_chain(tid, memo, seen)
         elif 3 not in tier.applied:
-            out = ("apply", self._apply_chain(tid, tier.missing or tier.failures[-1][1], memo, seen))
+            out = ("apply", self._apply_chain(tid, tier.missing or tier.failures[-1][1][0], memo, seen))
         else:
             chain = self._health_chain(tid, memo, seen)
             out = ("deadlock" if chain.endswith(DEADLOCK_ENDINGS) else "health", chain)
@@ -548,7 +552,9 @@ class Simulation:
                 return "dependency", f"{tid.name} {how} {dep}, which this cluster does not have"
             if other.ready is None:
                 if dep in seen:
-                    return "cycle", f"{tid.name} {how} {dep.name}, which waits for {tid.name} (a cycle)"
+                    if self.graph.depends_on(dep, tid):
+                        return "cycle", f"{tid.name} {how} {dep.name}, which dependsOn {tid.name} (a dependsOn cycle)"
+                    return "dependency", f"{tid.name} {how} {dep.name}, which waits for {tid.name}"
                 _, rest = self._chain(dep, memo, seen)
                 return "dependency", f"{tid.name} {how} {dep.name} ← {rest}"
         return "dependency", f"{tid.name} never reconciles"

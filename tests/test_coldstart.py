@@ -90,13 +90,22 @@ def t(name: str) -> TierId:
 
 def test_staged_apply_keeps_stage_one_when_a_class_kind_fails() -> None:
     """A kind with no CRD fails its stage (nothing of it applied); the CRDs of stage 1 stay applied."""
-    result = cluster({"a": (spec("a"), [WIDGET_CRD, FOO_CLASS]), "b": (spec("b", deps=[]), [WIDGET])})
+    result = cluster({
+        "a": (spec("a"), [WIDGET_CRD, FOO_CLASS]),
+        "b": (spec("b", deps=[]), [WIDGET]),
+        "c": (spec("c", deps=["a"]), [crd("example.com", "FooClass")]),
+    })
     a, b = result.tiers[t("a")], result.tiers[t("b")]
     assert a.ready_round is None and a.reason == "apply"
-    assert a.blocked_by == "a waits for FooClass.example.com ← nobody applies what provides it"
+    assert a.blocked_by == "a waits for FooClass.example.com ← CRD fooclasss.example.com ← CustomResourceDefinition/fooclasss.example.com is in c ← c dependsOn a, which waits for c"
     # b's first apply races a's stage 1 (same round), its retry finds Widget's CRD served.
     assert (b.ready_round, b.failed_attempts) == (3, 1)
     assert not result.converges
+
+
+def test_a_kind_nobody_provides_is_not_judged() -> None:
+    """unknown-kind reports it; the simulation does not call the tier stuck for it."""
+    assert cluster({"a": (spec("a"), [FOO_CLASS, WIDGET])}).converges
 
 
 def test_crd_in_same_tier_is_stage_one() -> None:
