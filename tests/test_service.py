@@ -141,7 +141,9 @@ async def test_pull_request_opened_posts_review_and_statuses(harness: Harness) -
     await h.settle()
     for cluster in ("dev", "prod"):
         [comment] = h.comments(f"fluxwarden:precheck:{cluster}")
-        assert f"### ⚠️ {cluster}: 2 new warnings" in comment.body
+        # prune-transient, tier-order-stale, and the CDI CR's readiness gap (dependency-not-waited)
+        assert f"### ⚠️ {cluster}: 3 new warnings" in comment.body
+        assert "Cold start: this change resolves a cold-start deadlock" in comment.body
         assert "prune-transient" in comment.body and "```mermaid" in comment.body
         assert h.states(h.origin.head, f"fluxwarden/{cluster}") == ["pending", "success"]
         # Created once ("running"), then edited in place with the review.
