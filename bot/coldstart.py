@@ -39,6 +39,8 @@ STAGE_ONE = {GroupKind("apiextensions.k8s.io", "CustomResourceDefinition"), Grou
 # healthCheckExprs entry for the kind makes Flux wait for it.
 NO_KSTATUS_READY = frozenset({GroupKind("cdi.kubevirt.io", "CDI")})
 NEVER = None
+# Namespaces the API server creates: git may define them (to label them), nothing waits for that.
+ALWAYS_THERE = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 OWN_PARENT = ", its own parent"
 DEPENDS_BACK = " (each waits for the other)"
 DEADLOCK_ENDINGS = (OWN_PARENT, DEPENDS_BACK)
@@ -190,6 +192,13 @@ class Simulation:
         self._resolved: dict[GroupKind, list[Provider]] = {}
         self._where: dict[GroupKind, dict[tuple[str, str], tuple[TierId, ...]]] = {}
         self._bootstrapped: dict[GroupKind, str | None] = {}
+        self._namespaces: dict[str, list[TierId]] = {}  # Namespace name → the tiers that define it
+        # The entry's namespace holds Flux itself: it exists before the first reconcile.
+        self._always_there = ALWAYS_THERE | {t.namespace for t, s in graph.specs.items() if s.defined_in is None}
+        for tid in sorted(graph.specs):
+            for kind, name in self.facts.get(tid, TierFacts()).provider_defs:
+                if kind == "Namespace":
+                    self._namespaces.setdefault(name, []).append(tid)
         self.tiers: dict[TierId, _Tier] = {tid: self._tier(spec) for tid, spec in graph.specs.items()}
         self.helm_releases: dict[tuple[str, str], _HelmRelease] = {}
         for tid in sorted(self.tiers):  # one applied by two tiers: the first's (deterministic)
@@ -244,6 +253,15 @@ class Simulation:
             if not any(p.tier in self.graph.specs for p in providers):
                 continue  # nobody in this cluster provides it: not judged here (unknown-kind says so)
             needs[stage].append(gk)
+        # A namespaced object whose Namespace another tier defines fails its dry-run ("namespaces … not
+        # found") until that tier's first stage has run: judged like a kind, as `Namespace/<name>`.
+        own = {name for kind, name in facts.provider_defs if kind == "Namespace"}
+        for (kind, name, _), stubs in sorted(facts.provider_uses.items()):
+            if kind != "Namespace" or name in own or name in self._always_there or name == spec.id.namespace or name not in self._namespaces:
+                continue
+            stage = 2 if all(stage_of(stub.ref.group_kind) == 2 for stub in stubs) else 3
+            if namespace_kind(name) not in needs[stage]:
+                needs[stage].append(namespace_kind(name))
         helm_releases = [self._helm_release(spec.id, m.ref, m.body) for m in facts.helm_releases]
         triggers = sorted(
             {stub.ref for gk, stubs in facts.kinds.items() if self.providers.knowledge.triggered_by(gk) for stub in stubs}
@@ -292,6 +310,9 @@ class Simulation:
 
     def _find_bootstrap_kind(self, gk: GroupKind) -> str | None:
         b = self.bootstrap
+        namespace = namespace_of(gk)
+        if namespace is not None:  # helmfile sync creates a release's namespace (createNamespace defaults to true)
+            return "release" if any(ns == namespace for ns, _ in b.releases) else None
         if (gk.group, gk.kind) in b.crds:
             return "declared"
         for p in self.resolve(gk):
@@ -326,7 +347,12 @@ class Simulation:
         return path is not None and any(path == m.strip("./") or path.startswith(m.strip("./") + "/") for m in self.bootstrap.manifests)
 
     def served(self, gk: GroupKind, before: int) -> bool:
-        """Whether `gk`'s API is served before round `before` (its CRD exists)."""
+        """Whether `gk`'s API is served before round `before` (its CRD exists; for `Namespace/<name>`, the Namespace)."""
+        namespace = namespace_of(gk)
+        if namespace is not None:
+            if self._bootstrap_kind(gk) is not None:
+                return True
+            return any(self.tiers[t].attempted is not None and self.tiers[t].attempted < before for t in self._namespaces.get(namespace, ()))
         if self._bootstrap_kind(gk) is not None:
             return True
         for p in self.resolve(gk):
@@ -561,6 +587,12 @@ class Simulation:
 
     def _apply_chain(self, tid: TierId, gk: GroupKind, memo, seen) -> str:
         text = f"{tid.name} waits for {gk}"
+        namespace = namespace_of(gk)
+        if namespace is not None:
+            owner = self._namespaces[namespace][0]
+            if owner in seen:
+                return text + f" ← defined in {owner.name}, which waits for {tid.name}"
+            return text + f" ← defined in {owner.name} ← " + self._chain(owner, memo, seen)[1]
         placed = [p for p in self.resolve(gk) if p.tier is not None and p.tier in self.tiers]
         if not placed:
             return text + " ← nobody applies what provides it"
@@ -603,6 +635,15 @@ class Simulation:
                 return text + " ← it never installs (its chart source or dependsOn is never ready)"
             return text
         return f"{tid.name} never becomes healthy"
+
+
+def namespace_kind(name: str) -> GroupKind:
+    """The pseudo-kind a tier's need for Namespace `name` is recorded as (`Namespace/name`)."""
+    return GroupKind("", f"Namespace/{name}")
+
+
+def namespace_of(gk: GroupKind) -> str | None:
+    return gk.kind.removeprefix("Namespace/") if gk.group == "" and gk.kind.startswith("Namespace/") else None
 
 
 def _same(ref: ObjectRef, other: ObjectRef) -> bool:

@@ -396,3 +396,31 @@ def test_crd_in_a_tier_behind_a_never_ready_one_stays_an_error_with_the_chain(tm
     assert errors[0].message.endswith(
         "apps waits for ClusterIssuer.cert-manager.io ← installed by HelmRelease cert-manager/cert-manager ← HelmRelease/cert-manager is in cm ← cm is applied by apps, whose apply fails"
     )
+
+
+def test_missing_namespace_fails_the_apply() -> None:
+    """Objects in a Namespace another tier defines: the dry-run fails until that tier's first stage has run."""
+    ns = o("v1", "Namespace", "media")
+    cm = o("v1", "ConfigMap", "x", "media")
+    unordered = cluster({"a": (spec("a"), [ns]), "b": (spec("b", retry=30), [cm])})
+    assert (unordered.tiers[t("b")].failed_attempts, unordered.tiers[t("b")].max_delay_seconds) == (1, 30)
+    stuck = cluster({"a": (spec("a"), [cm]), "b": (spec("b", deps=["a"]), [ns])})
+    assert stuck.tiers[t("a")].blocked_by == "a waits for Namespace/media ← defined in b ← b dependsOn a, which waits for b"
+    ordered = cluster({"a": (spec("a"), [ns]), "b": (spec("b", deps=["a"]), [cm])})
+    assert ordered.tiers[t("b")].failed_attempts == 0
+    system = cluster({"a": (spec("a"), [o("v1", "Namespace", "default")]), "b": (spec("b"), [o("v1", "ConfigMap", "x", "default")])})
+    assert system.tiers[t("b")].failed_attempts == 0
+    helmfile = cluster({"a": (spec("a"), [cm]), "b": (spec("b", deps=["a"]), [ns])}, Bootstrap(releases=frozenset({("media", "jellyfin")})))
+    assert helmfile.converges  # helmfile sync created the release's namespace
+
+
+def test_missing_namespace_finding_by_cold_start(tmp_path: Path) -> None:
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "media"}}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "media"}, "data": {"k": "v"}}
+    report = _check(tmp_path / "stuck", {"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["a"])}, {"a": [cm], "b": [ns]})
+    [finding] = [f for f in report.findings if f.check == "missing-provider"]
+    assert finding.severity == Severity.ERROR
+    assert finding.message.endswith("Cold start: a never becomes Ready: a waits for Namespace/media ← defined in b ← b dependsOn a, which waits for b")
+    report = _check(tmp_path / "retry", {"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": [cm], "b": [ns]})
+    [finding] = [f for f in report.findings if f.check == "missing-provider"]
+    assert finding.severity == Severity.WARNING and "after 1 failed attempt, up to 10m late" in finding.message

@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Iterator
 
 from bot.checks import CheckContext, check, name_list, plural
+from bot.coldstart import duration, namespace_kind
 from bot.model import Finding, Severity, TierId
 
 # Namespaces every cluster has from the start (kube-apiserver creates them): git may define them (to
@@ -32,7 +33,7 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
                 continue
             owner_names = name_list(str(o) for o in owners)
             first = objects[0]
-            severity, cold = _by_cold_start(ctx, tier_id, owners)
+            severity, cold = _by_cold_start(ctx, tier_id, owners, name if kind == "Namespace" else None)
             yield Finding(
                 "missing-provider",
                 severity,
@@ -45,14 +46,29 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId]) -> tuple[Severity, str]:
-    """Info when only the bootstrap's tier order holds `tier` until an owner is Ready; else a warning,
-    with the chain when the simulated cold start never applies the provider.
+def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId], namespace: str | None = None) -> tuple[Severity, str]:
+    """Info when only the bootstrap holds `tier` until an owner is Ready; else a warning, with the chain
+    when the simulated cold start never applies the provider.
 
-    Not an error: a PVC, Certificate or Gateway naming a provider that does not exist yet is accepted
-    and waits for it; the tier that never applies the provider carries its own error.
+    A missing Namespace fails the dry-run of the objects in it, hence the tier's apply: an error when
+    the tier never becomes Ready for it, a warning with the delay when it retries. Any other provider
+    (a PVC's StorageClass, a Certificate's ClusterIssuer) is accepted while it does not exist yet; the
+    tier that never applies it carries its own error.
     """
     simulation = ctx.simulation
+    outcome = ctx.cold_start.tiers.get(tier)
+    if namespace is not None and outcome is not None:
+        gk = namespace_kind(namespace)
+        entry = simulation.bootstrap_entry(gk)
+        if entry is not None:
+            return Severity.INFO, f". Fine on a cold start only because of the bootstrap: {entry.description}" + (f" ({entry.source})" if entry.source else "")
+        if outcome.ready_round is None and outcome.reason == "apply" and gk in outcome.failed_on:
+            return Severity.ERROR, f". Cold start: {tier.name} never becomes Ready: {outcome.blocked_by}"
+        if outcome.ready_round is not None and gk in outcome.failed_on:
+            return Severity.WARNING, (
+                f". Cold start: {tier.name} is Ready in round {outcome.ready_round} after "
+                f"{plural(outcome.failed_attempts, 'failed attempt')}, up to {duration(outcome.max_delay_seconds)} late"
+            )
     if any(simulation.ordered_by_bootstrap(tier, o) for o in owners):
         entry = simulation.tier_order_entry()
         return Severity.INFO, f". Fine on a cold start only because of the bootstrap: {entry.description}" + (f" ({entry.source})" if entry.source else "")
