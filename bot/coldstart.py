@@ -55,7 +55,7 @@ class TierOutcome:
     max_delay_seconds: int = 0  # worst case added by failed applies (its own and its dependencies')
     blocked_by: str | None = None  # never Ready: the causal chain; else the kind its first failure missed
     failed_on: tuple[GroupKind, ...] = ()  # kinds its failed applies missed
-    reason: str = ""  # never Ready: "dependency" | "apply" | "health" | "deadlock" | "parent" | "cycle" | "suspended"
+    reason: str = ""  # never Ready: "dependency" | "apply" | "health" | "deadlock" | "parent" | "cycle" | "suspended" (or behind one)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +111,9 @@ class ColdStart:
         stuck = roots + [f"{_names(names, limit)} behind {blocker}" for blocker, names in sorted(behind.items())]
         if stuck:
             parts.append("never: " + "; ".join(stuck))
+        held = [t.name for t, o in sorted(self.tiers.items()) if o.ready_round is None and o.reason == "suspended"]
+        if held:
+            parts.append(f"suspended (or behind one): {_names(held, limit)}")
         return " · ".join(parts)
 
 
@@ -555,8 +558,8 @@ class Simulation:
             if parent in seen:  # the parent's apply waits for what this child brings
                 out = ("parent", f"{name} is applied by {parent.name}, whose apply fails")
             else:
-                _, rest = self._chain(parent, memo, seen) if parent in self.tiers else ("", "")
-                out = ("parent", f"{name} is applied by {parent.name if parent else '?'}" + (f" ← {rest}" if rest else ""))
+                why, rest = self._chain(parent, memo, seen) if parent in self.tiers else ("", "")
+                out = ("suspended" if why == "suspended" else "parent", f"{name} is applied by {parent.name if parent else '?'}" + (f" ← {rest}" if rest else ""))
         elif tier.attempted is None:
             out = self._dependency_chain(tid, memo, seen)
         elif 3 not in tier.applied:
@@ -581,8 +584,9 @@ class Simulation:
                     if self.graph.depends_on(dep, tid):
                         return "cycle", f"{tid.name} {how} {dep.name}, which dependsOn {tid.name} (a dependsOn cycle)"
                     return "dependency", f"{tid.name} {how} {dep.name}, which waits for {tid.name}"
-                _, rest = self._chain(dep, memo, seen)
-                return "dependency", f"{tid.name} {how} {dep.name} ← {rest}"
+                why, rest = self._chain(dep, memo, seen)
+                # Behind a suspended tier is meant, not stuck.
+                return "suspended" if why == "suspended" else "dependency", f"{tid.name} {how} {dep.name} ← {rest}"
         return "dependency", f"{tid.name} never reconciles"
 
     def _apply_chain(self, tid: TierId, gk: GroupKind, memo, seen) -> str:

@@ -240,10 +240,13 @@ def test_bootstrap_provides_crds_releases_and_order() -> None:
 def test_suspended_and_cycle() -> None:
     result = cluster({
         "s": (spec("s", suspend=True), []),
+        "after-s": (spec("after-s", deps=["s"]), []),
         "x": (spec("x", deps=["y"]), []),
         "y": (spec("y", deps=["x"]), []),
     })
     assert result.tiers[t("s")].reason == "suspended" and t("s") not in result.never()
+    assert result.tiers[t("after-s")].reason == "suspended" and t("after-s") not in result.never()
+    assert result.timeline().endswith("suspended (or behind one): after-s, s")
     assert result.tiers[t("x")].ready_round is None and "cycle" in result.tiers[t("x")].blocked_by
 
 
