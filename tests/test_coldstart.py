@@ -339,7 +339,7 @@ def _check(tmp_path: Path, tiers: Mapping[str, Mapping[str, Any]], dirs: Mapping
         files.update(_tier_dir(path, *objects))
     write_tree(tmp_path, files)
     if bootstrap is not None:
-        monkeypatch.setattr(bot.engine, "CheckContext", lambda **kw: CheckContext(**kw, bootstrap=bootstrap))
+        monkeypatch.setattr(bot.engine, "CheckContext", lambda **kw: CheckContext(**{**kw, "bootstrap": bootstrap}))
     return check_repository(tmp_path, "dev")
 
 
