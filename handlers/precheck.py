@@ -260,7 +260,6 @@ class PrecheckRunner:
         key = (plan.repo, plan.number, cluster)
         started = time.monotonic()
         self.metrics.queue_depth.set(self.queue.depth)
-        context = STATUS_CONTEXT.format(cluster=cluster)
         claim = self._claimed.pop((key, plan.head_sha), None)
         if not await (claim if claim is not None else self._claim(plan, cluster)):
             return  # another replica runs this SHA and cluster

@@ -7,7 +7,6 @@ kustomize runs for real (the venv's kubectl) on small repositories written here.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from bot.generate import flux_kustomization
 from bot.kustomize import KustomizeBinary, locate_kustomize
 from bot.model import Severity, TierId, TierSpec, SourceRef
 from bot.render import ClusterRender, Renderer
-from bot.snapshot import build_snapshot
 from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
 from tests.gitrepo import init_repo
 from tests.test_render import app_repo, by_ref, cm, errors, logging_binary, render
