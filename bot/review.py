@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
@@ -47,6 +48,7 @@ class ClusterReview:
     # with a live state: the tiers whose live preconditions were checked (changed ∪ move ends ∪ required)
     precondition_tiers: frozenset[TierId] = frozenset()
     cold_start_change: str | None = None  # `this change resolves a cold-start deadlock` (bot/coldstart.py compare)
+    resolved: tuple[Finding, ...] = ()  # base findings the head no longer has (what the change fixes)
 
     @property
     def new_errors(self) -> int:
@@ -57,20 +59,41 @@ class ClusterReview:
         return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.WARNING)
 
 
+# Checks whose findings are about one variable of an object: two variables, two findings.
+_VARIABLE_CHECKS = frozenset({"undefined-variable", "literal-token"})
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _subject(finding: Finding) -> tuple:
-    """What a finding is about; messages may change between sides (counts), the subject does not."""
-    return (
-        finding.check,
-        finding.severity,
-        finding.kustomization,
-        finding.object.identity if finding.object else None,
-        finding.location.file if finding.location else None,
-    )
+    """What a finding is about, on either side: check + object (+ variable), not its tier.
+
+    An object moved to another tier keeps its findings (a problem it only moved is not new); a
+    finding about no object is about its tier and file. Messages may change (counts), the subject not.
+    """
+    if finding.object is not None:
+        variable = _VARIABLE.search(finding.message) if finding.check in _VARIABLE_CHECKS else None
+        return (finding.check, finding.severity, finding.object.identity, variable.group(1) if variable else None)
+    return (finding.check, finding.severity, finding.kustomization, finding.location.file if finding.location else None)
 
 
 # Findings that say the head was not checked: never "pre-existing", or a cluster that renders
 # nothing on both sides would pass every change.
 ALWAYS_NEW = frozenset({"nothing-rendered"})
+
+
+def _pair(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[list[bool], list[bool]]:
+    """Which head and which base findings pair up, each used once: exact (subject and message) first, then subject."""
+    head_paired, base_paired = [False] * len(head), [False] * len(base)
+    for same in (lambda f: (_subject(f), f.message), _subject):
+        waiting: dict = {}
+        for j, f in enumerate(base):
+            if not base_paired[j] and f.check not in ALWAYS_NEW:
+                waiting.setdefault(same(f), []).append(j)
+        for i, f in enumerate(head):
+            if not head_paired[i] and waiting.get(same(f)):
+                base_paired[waiting[same(f)].pop(0)] = True
+                head_paired[i] = True
+    return head_paired, base_paired
 
 
 def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[ReviewedFinding, ...]:
@@ -80,20 +103,14 @@ def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[Revi
     variable in the same object, or a severity raised from info to error, stays new. A finding
     that says nothing was checked (ALWAYS_NEW) is never paired.
     """
-    base = tuple(f for f in base if f.check not in ALWAYS_NEW)
-    exact = Counter((_subject(f), f.message) for f in base)
-    loose = Counter(_subject(f) for f in base)
-    paired = [False] * len(head)
-    for i, f in enumerate(head):
-        if exact[(_subject(f), f.message)] > 0:
-            exact[(_subject(f), f.message)] -= 1
-            loose[_subject(f)] -= 1
-            paired[i] = True
-    for i, f in enumerate(head):
-        if not paired[i] and loose[_subject(f)] > 0:
-            loose[_subject(f)] -= 1
-            paired[i] = True
+    paired, _ = _pair(head, base)
     return tuple(ReviewedFinding(f, not p) for f, p in zip(head, paired))
+
+
+def resolved_findings(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """The base's errors and warnings that no head finding pairs with: what the change fixes."""
+    _, paired = _pair(head, base)
+    return tuple(f for f, p in zip(base, paired) if not p and f.severity in (Severity.ERROR, Severity.WARNING) and f.check not in ALWAYS_NEW)
 
 
 def _with_line(finding: Finding, side: Analysis) -> Finding:
@@ -207,6 +224,7 @@ def _review(
         kustomize_builds=head.renderer.builds_run + (base.renderer.builds_run if base else 0),
         precondition_tiers=precondition_tiers,
         cold_start_change=compare(base.report.cold_start if base else None, head.report.cold_start),
+        resolved=resolved_findings(report.findings, base.report.findings) if base else (),
     )
 
 

@@ -28,16 +28,14 @@ from typing import Any, Iterable, Sequence
 from bot import markdown as md
 from bot.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
 from bot.model import Finding, Severity, TierId
-from bot.report import SEVERITY_ICON, format_location
+from bot.report import SEVERITY_ICON
 from bot.review import ClusterReview, ReviewedFinding
 
 DEFAULT_MARKER = "fluxwarden:review"
 MARKER = f"<!-- {DEFAULT_MARKER} -->"
 MAX_MARKER = 120  # characters a caller's marker may have (the bot appends the cluster name)
 NEW_MARK = "🆕"
-GROUP_THRESHOLD = 30  # more tiers than this: namespace subgraphs, untouched tiers collapsed
 MIN_LIMIT = 1000
-MIN_MESSAGE = 40  # findings messages are never shortened below this before rows are folded
 LIST_CAP = 10  # tier names listed in a cluster's notes before "and N more"
 
 CHANGE_SIGN = {ChangeKind.ADDED: "+", ChangeKind.REMOVED: "-", ChangeKind.CHANGED: "~", ChangeKind.MOVED: "→"}
@@ -51,14 +49,11 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _severity_phrase(new: int, old: int, noun: str) -> str | None:
-    if new and old:
-        return f"{_plural(new + old, noun)} ({old:,} pre-existing)"
-    if new:
-        return f"{new:,} new {noun}{'' if new == 1 else 's'}"
-    if old:
-        return f"{old:,} pre-existing {noun}{'' if old == 1 else 's'}"
-    return None
+def _counts_phrase(findings: Iterable[Finding], adjective: str = "") -> str | None:
+    """`1 new error, 2 new warnings` (errors and warnings only), None when there are none."""
+    counts = Counter(f.severity for f in findings)
+    words = [f"{counts[s]:,} {adjective}{noun}{'' if counts[s] == 1 else 's'}" for s, noun in ((Severity.ERROR, "error"), (Severity.WARNING, "warning")) if counts[s]]
+    return ", ".join(words) or None
 
 
 def review_verdict(review: ClusterReview) -> Severity | None:
@@ -71,20 +66,84 @@ def review_verdict(review: ClusterReview) -> Severity | None:
 
 
 def review_verdict_line(review: ClusterReview) -> str:
-    """`❌ prod: 1 new error, 2 warnings (1 pre-existing) — 6 tiers, 42 objects, 3 tiers changed`."""
+    """About the change only: `✅ prod: no new findings · fixed: 1 · 3 tiers changed · 1 object moved`."""
     verdict = review_verdict(review)
     icon = SEVERITY_ICON[verdict] if verdict else "✅"
-    phrases = []
-    for severity, noun in ((Severity.ERROR, "error"), (Severity.WARNING, "warning")):
-        new = sum(1 for f in review.findings if f.new and f.finding.severity == severity)
-        old = sum(1 for f in review.findings if not f.new and f.finding.severity == severity)
-        phrase = _severity_phrase(new, old, noun)
-        if phrase:
-            phrases.append(phrase)
-    summary = ", ".join(phrases) if phrases else "no errors or warnings"
+    bits = [_counts_phrase((f.finding for f in review.findings if f.new), "new ") or "no new findings"]
+    if review.resolved:
+        bits.append(f"fixed: {len(review.resolved):,}")
     changed = len(review.changed_tiers)
-    change = f"{_plural(changed, 'tier')} changed" if changed else "no tier changed"
-    return f"{icon} {review.cluster}: {summary} — {_plural(len(review.head.tiers), 'tier')}, {_plural(review.head.objects, 'object')}, {change}"
+    bits.append(f"{_plural(changed, 'tier')} changed" if changed else "no tier changed")
+    moved = len(review.diff.moves)
+    if moved:
+        bits.append(f"{_plural(moved, 'object')} moved")
+    return f"{icon} {review.cluster}: " + " · ".join(bits)
+
+
+def pre_existing_line(review: ClusterReview) -> str:
+    """The neutral second line: `79 tiers, 1,234 objects · pre-existing, not from this change: 60 errors, 158 warnings`."""
+    old = _counts_phrase(f.finding for f in review.findings if not f.new)
+    size = f"{_plural(len(review.head.tiers), 'tier')}, {_plural(review.head.objects, 'object')}"
+    return f"{size} · pre-existing, not from this change: {old}" if old else size
+
+
+# One line per check, standing on its own (what, where, why): {tier} and {object} are filled in, short.
+# Written for the check's error/warning findings; others use the message's first sentence.
+SUMMARY_TEMPLATES = {
+    "second-order-crd": "{object}'s CRD only exists once a controller reconciles a CR {tier} cannot wait for: {tier} is never Ready",
+    "prune-transient": "{object} moves out of {tier} (prune: true): it may be deleted and recreated, losing its state",
+    "tier-order-stale": "the bootstrap tier order misses {tier} or lists it before a dependency: a scripted standup stalls",
+    "duplicate-object": "{object} is applied by two Kustomizations ({tier} and another): they overwrite and may prune it",
+    "missing-crd": "no tier installs the CRD of {object} (in {tier}): its apply fails",
+    "crd-not-ordered": "{object}'s CRD comes from a tier {tier} does not depend on: the first apply can fail",
+    "dependency-not-waited": "{tier} relies on a CRD/CR from a tier with no wait or health check: it can apply too early",
+    "health-check-deadlock": "{tier} waits on an object that only a tier depending on it applies: neither becomes Ready",
+    "missing-dependency": "{tier} dependsOn a Kustomization this cluster does not have: {tier} never reconciles",
+    "dependency-cycle": "dependsOn forms a cycle through {tier}: none of the tiers in it ever reconciles",
+    "missing-provider": "{object} names a provider defined in a tier {tier} does not depend on: it fails on a cold start",
+    "invalid-name": "{object} has an invalid name or namespace: the API server refuses it",
+    "unknown-kind": "nobody known provides the kind of {object}: its apply fails",
+    "literal-token": "a ${{…}} in {object} ships literally: no postBuild of {tier} substitutes it",
+    "undefined-variable": "{variable} (no default) in {object} is not defined for this cluster: Flux substitutes \"\"",
+    "config-changed": "this change edits .fluxwarden.yaml: reviewed under the base's configuration, it applies after merge",
+}
+SUMMARY_MAX = 120
+_SENTENCE_END = re.compile(r"(?<=[.;])\s|:\s(?=[A-Z])")
+_VARIABLE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def _shorten(text: str, cap: int = SUMMARY_MAX) -> str:
+    """`text` within `cap` characters, cut at a word boundary with `…` (never mid-word)."""
+    text = " ".join(text.split())
+    if len(text) <= cap:
+        return text
+    cut = text.rfind(" ", 0, cap)
+    return (text[:cut] if cut > cap // 2 else text[: cap - 1]).rstrip(" ,;:—-") + "…"
+
+
+def short_object(obj: object) -> str:
+    """`Kind/name` (the namespace shows in the full explanation)."""
+    kind = getattr(obj, "kind", None)
+    return f"{kind}/{obj.name}" if kind else str(obj)  # type: ignore[attr-defined]
+
+
+def finding_summary(f: Finding) -> str:
+    """A one-line message of at most SUMMARY_MAX characters that stands on its own: what, where, why."""
+    template = SUMMARY_TEMPLATES.get(f.check) if f.severity in (Severity.ERROR, Severity.WARNING) else None
+    if template and ("{object}" in template and f.object is None or "{tier}" in template and f.kustomization is None):
+        template = None  # a template names what the finding is about: without it, the message's own words
+    if template:
+        variable = _VARIABLE.search(f.message)
+        text = template.format(
+            tier=f.kustomization.name if f.kustomization else "its tier",
+            object=short_object(f.object) if f.object else "an object",
+            variable=variable.group(0) if variable else "a variable",
+        )
+        if len(text) <= SUMMARY_MAX:
+            return text
+    message = " ".join(f.message.split())
+    first = _SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
+    return _shorten(first)
 
 
 def _ordered_findings(review: ClusterReview) -> list[ReviewedFinding]:
@@ -155,9 +214,12 @@ def _text_change(change: ObjectChange) -> str:
 
 def format_review_text(review: ClusterReview) -> str:
     """Plain text: verdict, base → head, findings (errors first, tagged new/pre-existing), changes per tier."""
-    lines = [review_verdict_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
+    lines = [review_verdict_line(review), pre_existing_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
     if review.cold_start_change:
         lines[-1:-1] = [f"cold start: {review.cold_start_change}"]
+    for f in review.resolved:
+        scope = " ".join(str(x) for x in (f.kustomization, f.object) if x)
+        lines[-1:-1] = [f"fixed: {f.severity.value} {f.check}  {scope}"]
     findings = _ordered_findings(review)
     for reviewed in findings:
         f = reviewed.finding
@@ -205,10 +267,12 @@ def review_to_json(review: ClusterReview) -> dict[str, Any]:
             "newWarnings": review.new_warnings,
             "errors": review.head.errors,
             "warnings": review.head.warnings,
+            "fixed": len(review.resolved),
         },
         "kustomizations": review.head.to_json()["kustomizations"],
         **({"cold_start": {**review.head.cold_start.to_json(), "change": review.cold_start_change}} if review.head.cold_start is not None else {}),
-        "findings": [{**f.finding.to_json(), "new": f.new} for f in _ordered_findings(review)],
+        "findings": [{**f.finding.to_json(), "new": f.new, "summary": finding_summary(f.finding)} for f in _ordered_findings(review)],
+        "resolved": [{**f.to_json(), "summary": finding_summary(f)} for f in review.resolved],
         "changes": [
             {
                 "tier": str(c.tier),
@@ -262,18 +326,34 @@ _CLASS_DEFS = (
     "classDef removed fill:#f6f8fa,stroke:#8c959f,stroke-dasharray:5 3,color:#57606a",
     "classDef summary fill:#f6f8fa,stroke:#d0d7de,color:#57606a",
 )
-MERMAID_LEGEND = "<sub>Thick blue border: changed tier · red fill: errors · amber fill: warnings · dashed grey: removed tier · dashed arrow: objects moved · arrows point from a dependency to its dependents.</sub>"
+MERMAID_LEGEND = "<sub>The change only: changed tiers (thick blue border), their direct dependencies and dependents, moves (dashed arrow). Red/amber fill: new errors/warnings. Arrows point from a dependency to its dependents.</sub>"
+SUMMARY_NODE = "others"  # the one note for every tier not drawn: no edge ever touches it
+
+
+def graph_tiers(review: ClusterReview) -> list[TierId]:
+    """The tiers the change graph draws: changed, their direct dependencies and dependents, new findings, moves."""
+    tiers = {t.id: t for t in review.head.tiers}
+    order = [t for t in review.head.order if t in tiers] + [t for t in tiers if t not in review.head.order]
+    changed = set(review.changed_tiers)
+    wanted = set(changed) | set(review.diff.removed_tiers)
+    wanted |= {f.finding.kustomization for f in review.findings if f.new and f.finding.kustomization}
+    for c in review.diff.moves:
+        wanted |= {c.tier, *([c.from_tier] if c.from_tier else [])}
+    for tid in order:
+        deps = set(tiers[tid].depends_on)
+        if tid in changed:
+            wanted |= deps & set(tiers)
+        if deps & changed:
+            wanted.add(tid)
+    return [t for t in order if t in wanted] + sorted(t for t in wanted if t not in tiers)
 
 
 def tier_graph_mermaid(review: ClusterReview) -> str:
-    """The cluster's tier graph as a fenced ```mermaid flowchart (dependency → dependent)."""
+    """The change as a fenced ```mermaid flowchart (dependency → dependent); every other tier is one note."""
     tiers = {t.id: t for t in review.head.tiers}
-    order = [t for t in review.head.order if t in tiers] + [t for t in tiers if t not in review.head.order]
-    nodes: list[TierId] = list(order)
-    extra = [*review.diff.removed_tiers, *(c.from_tier for c in review.diff.moves if c.from_tier), *(t.tier for t in review.diff.tiers)]
-    for tid in extra:
-        if tid not in nodes:
-            nodes.append(tid)
+    nodes = graph_tiers(review)
+    drawn_set = set(nodes)
+    others = len(set(tiers) - drawn_set)
     removed = set(review.diff.removed_tiers) - set(tiers)
     added = set(review.diff.added_tiers)
     changed = set(review.changed_tiers)
@@ -282,36 +362,24 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
     counts: dict[TierId, Counter] = {}
     for reviewed in review.findings:
         f = reviewed.finding
-        if f.kustomization is None or f.severity not in (Severity.ERROR, Severity.WARNING):
-            continue
+        if not reviewed.new or f.kustomization is None or f.severity not in (Severity.ERROR, Severity.WARNING):
+            continue  # colours mean new findings only
         counts.setdefault(f.kustomization, Counter())[f.severity] += 1
         if f.kustomization not in worst or f.severity.rank < worst[f.kustomization].rank:
             worst[f.kustomization] = f.severity
-    change_counts = {t.tier: _kind_counts(t.changes) for t in review.diff.tiers}
+    change_counts = {t.tier: _kind_counts(c for c in t.changes if c.kind is not ChangeKind.MOVED) for t in review.diff.tiers}
+    moves = Counter((c.from_tier, c.tier) for c in review.diff.moves if c.from_tier is not None)
+    moved_in = Counter(c.tier for c in review.diff.moves)
+    moved_out: Counter = Counter()
+    for (source, _), n in moves.items():
+        moved_out[source] += n
 
-    edges: list[tuple[TierId, TierId]] = []
-    for tid in order:
-        for dep in tiers[tid].depends_on:
-            if dep in nodes and (dep, tid) not in edges:
-                edges.append((dep, tid))
-
-    grouped = len(nodes) > GROUP_THRESHOLD
-    collapsed: set[TierId] = set()
-    if grouped:
-        adjacent = {b for a, b in edges if a in changed} | {a for a, b in edges if b in changed}
-        candidates = [t for t in nodes if t not in changed and t not in worst and t not in adjacent and t not in removed]
-        per_ns = Counter(t.namespace for t in candidates)
-        collapsed = {t for t in candidates if per_ns[t.namespace] >= 2}  # one node for one tier gains nothing
-
-    taken: set[str] = set()
+    taken: set[str] = {SUMMARY_NODE}
     node_id = {t: _mermaid_id("t_", str(t), taken) for t in nodes}
-    namespaces = list(dict.fromkeys(t.namespace for t in nodes))
-    summary_id = {ns: _mermaid_id("u_", ns, taken) for ns in namespaces if any(t.namespace == ns for t in collapsed)}
-    graph_id = {ns: _mermaid_id("ns_", ns, taken) for ns in namespaces}
-    one_namespace = len(namespaces) == 1
+    one_namespace = len({t.namespace for t in nodes}) <= 1
 
     def label(tid: TierId) -> str:
-        name = tid.name if grouped or one_namespace else str(tid)
+        name = tid.name if one_namespace else str(tid)
         details = []
         if tid in added:
             details.append("new")
@@ -321,37 +389,27 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
             details.append(change_counts[tid])
         elif tid in input_only:
             details.append("inputs changed")
+        if moved_in[tid]:
+            details.append(f"{moved_in[tid]:,} moved in")
+        if moved_out[tid]:
+            details.append(f"→ {moved_out[tid]:,} moved out")
         c = counts.get(tid)
         if c:
-            details.append(" ".join(f"{SEVERITY_ICON[s]} {c[s]}" for s in (Severity.ERROR, Severity.WARNING) if c[s]))
+            details.append(" ".join(f"{SEVERITY_ICON[s]} {c[s]} new" for s in (Severity.ERROR, Severity.WARNING) if c[s]))
         text = mermaid_label(name) + ("<br/>" + mermaid_label(" · ".join(details)) if details else "")
         return f'{node_id[tid]}["{text}"]'
 
-    def target(tid: TierId) -> str:
-        return summary_id[tid.namespace] if tid in collapsed else node_id[tid]
-
     lines = ["```mermaid", "flowchart LR"]
     lines.extend(f"  {d}" for d in _CLASS_DEFS)
-    if grouped:
-        for ns in namespaces:
-            members = [t for t in nodes if t.namespace == ns and t not in collapsed]
-            hidden = sum(1 for t in collapsed if t.namespace == ns)
-            lines.append(f'  subgraph {graph_id[ns]}["{mermaid_label(ns)}"]')
-            lines.extend(f"    {label(t)}" for t in members)
-            if hidden:
-                lines.append(f'    {summary_id[ns]}["{_plural(hidden, "unchanged tier")}"]')
-            lines.append("  end")
-    else:
-        lines.extend(f"  {label(t)}" for t in nodes)
-    drawn: list[tuple[str, str]] = []
-    for a, b in edges:
-        pair = (target(a), target(b))
-        if pair[0] != pair[1] and pair not in drawn:
-            drawn.append(pair)
-    lines.extend(f"  {a} --> {b}" for a, b in drawn)
-    moves = Counter((c.from_tier, c.tier) for c in review.diff.moves if c.from_tier is not None)
+    lines.extend(f"  {label(t)}" for t in nodes)
+    if others:
+        lines.append(f'  {SUMMARY_NODE}["{_plural(others, "other tier")} unchanged"]')
+    for tid in nodes:
+        for dep in tiers[tid].depends_on if tid in tiers else ():
+            if dep in drawn_set:
+                lines.append(f"  {node_id[dep]} --> {node_id[tid]}")
     for (source, destination), n in moves.items():
-        lines.append(f"  {target(source)} -.->|{n} moved| {target(destination)}")
+        lines.append(f"  {node_id[source]} -.->|{n} moved| {node_id[destination]}")
     classes = [
         ("changed", [t for t in nodes if t in changed and t not in removed]),
         ("error", [t for t in nodes if worst.get(t) == Severity.ERROR]),
@@ -361,8 +419,8 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
     for cls, members in classes:
         if members:
             lines.append(f"  class {','.join(node_id[t] for t in members)} {cls}")
-    if summary_id:
-        lines.append(f"  class {','.join(summary_id.values())} summary")
+    if others:
+        lines.append(f"  class {SUMMARY_NODE} summary")
     lines.append("```")
     return "\n".join(lines) + "\n"
 
@@ -475,8 +533,7 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
         note_lines = short_notes = ["No rendered changes."]
     head = md.code(_short(review.head_sha)) if review.head_sha else "the working tree"
     heading = f"---\n\n#### {md.text(review.cluster)} · base {md.code(_short(review.base_sha))} → head {head}\n\n"
-    interesting = bool(review.changed_tiers or review.diff.tiers or any(f.finding.kustomization for f in review.findings))
-    graph = f"{tier_graph_mermaid(review)}{MERMAID_LEGEND}\n\n" if interesting else ""
+    graph = f"{tier_graph_mermaid(review)}{MERMAID_LEGEND}\n\n" if graph_tiers(review) else ""
     too_big = f"<sub>Tier graph ({_plural(len(review.head.tiers), 'tier')}) not shown: too large for a comment.</sub>\n\n"
     for g, n in ((graph, note_lines), (too_big if graph else "", note_lines), (too_big if graph else "", short_notes)):
         text = heading + g + ("".join(line + "\n" for line in n) + "\n" if n else "")
@@ -491,81 +548,161 @@ def _continued_heading(review: ClusterReview) -> str:
 
 # -- Markdown: first screen --------------------------------------------------------------------------
 
-
-def _truncate(text: str, cap: int | None) -> str:
-    if cap is None or len(text) <= cap:
-        return text
-    return text[: cap - 1].rstrip() + "…"
+FIXED_MARK = "✅ fixed"
 
 
-def _finding_row(cluster: str | None, reviewed: ReviewedFinding, link_base: str | None, cap: int | None) -> str:
-    f: Finding = reviewed.finding
-    mark = f"{SEVERITY_ICON[f.severity]} {NEW_MARK}" if reviewed.new else SEVERITY_ICON[f.severity]
+def _tier_cell(review: ClusterReview, tier: TierId | None) -> str:
+    """The tier's name, with its namespace only when the cluster's tiers use more than one."""
+    if tier is None:
+        return ""
+    namespaces = {t.id.namespace for t in review.head.tiers}
+    return md.text(tier.name if namespaces <= {tier.namespace} else tier)
+
+
+def _where_cell(f: Finding, link_base: str | None) -> str:
+    """A short `file:line` (the file's name), linked to the full path when the blob URL base is known."""
+    if not f.location:
+        return ""
+    short = f.location.file.rsplit("/", 1)[-1] + (f":{f.location.line}" if f.location.line else "")
+    text = md.code(short, table=True)
+    if link_base:
+        anchor = f"#L{f.location.line}" if f.location.line else ""
+        return f"[{text}]({link_base.rstrip('/')}/{md.url_path(f.location.file)}{anchor})"
+    return text
+
+
+def _finding_row(review: ClusterReview, multi: bool, f: Finding, mark: str, link_base: str | None) -> str:
     cells = [mark]
-    if cluster is not None:
-        cells.append(md.text(cluster))
+    if multi:
+        cells.append(md.text(review.cluster))
     cells += [
         f"`{f.check}`",
-        md.text(f.kustomization or ""),
-        md.text(f.object or ""),
-        format_location(f, link_base),
-        md.rich(_truncate(f.message, cap), table=True),
+        _tier_cell(review, f.kustomization),
+        md.text(short_object(f.object)) if f.object else "",
+        _where_cell(f, link_base),
+        md.rich(finding_summary(f), table=True),
     ]
     return "| " + " | ".join(cells) + " |"
 
 
-def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_len: int) -> str:
-    """Verdict lines and the findings table, shortened (messages, then folded rows) to `max_len`."""
-    verdicts = "".join(
-        f"### {md.text(review_verdict_line(r))}\n" + (f"{md.text('Cold start: ' + r.cold_start_change)}\n" if r.cold_start_change else "")
-        for r in reviews
-    ) + "\n"
+def _finding_details(review: ClusterReview, multi: bool, f: Finding, mark: str) -> str:
+    """The full explanation and the fix, folded: one `<details>` per new or resolved finding."""
+    scope = " · ".join(md.html(x) for x in ([review.cluster] if multi else []) + [f.check] + [str(x) for x in (f.kustomization, f.object) if x])
+    where = f"\n\nAt {md.code(f.location)}." if f.location else ""
+    return f"<details><summary>{mark} {scope}</summary>\n\n{md.rich(f.message)}{where}\n\n</details>\n\n"
+
+
+def _pre_existing_details(review: ClusterReview, multi: bool) -> str:
+    """The findings this change did not add, folded: counts per check."""
+    old = [f.finding for f in review.findings if not f.new]
+    if not old:
+        return ""
+    per_check: dict[str, Counter] = {}
+    for f in old:
+        per_check.setdefault(f.check, Counter())[f.severity] += 1
+    severities = (Severity.ERROR, Severity.WARNING, Severity.INFO)
+    rows = "".join(
+        f"| `{check}` | " + " | ".join(str(c[s]) if c[s] else "" for s in severities) + " |\n"
+        for check, c in sorted(per_check.items(), key=lambda item: tuple(-item[1][s] for s in severities) + (item[0],))
+    )
+    where = f" on {md.html(review.cluster)}" if multi else ""
+    return (
+        f"<details><summary>{_plural(len(old), 'pre-existing finding')}{where}, not from this change (counts per check)</summary>\n\n"
+        f"| check | {' | '.join(SEVERITY_ICON[s] for s in severities)} |\n|---|---:|---:|---:|\n{rows}\n"
+        "Run `fluxwarden check` for the full list.\n\n</details>\n"
+    )
+
+
+def verdict_block(reviews: Sequence[ClusterReview]) -> str:
+    """The verdict lines, one per cluster (the head of every part)."""
+    return "".join(f"### {md.text(review_verdict_line(r))}\n" for r in reviews)
+
+
+def _cluster_lines(review: ClusterReview, cap: int = LIST_CAP) -> str:
+    """Under a verdict: the cold-start change, the changed tiers, the neutral pre-existing line."""
+    lines = []
+    if review.cold_start_change:
+        lines.append(md.text("Cold start: " + review.cold_start_change))
+    changed = sorted(review.changed_tiers)
+    if changed:
+        namespaces = {t.id.namespace for t in review.head.tiers}
+        names = [t.name if namespaces <= {t.namespace} else str(t) for t in changed]
+        shown = ", ".join(md.code(n) for n in names[:cap])
+        rest = len(names) - min(cap, len(names))
+        lines.append(f"Changed tiers ({len(names):,}): " + shown + (f" and {rest:,} more" if rest else "") if shown else f"Changed tiers: {len(names):,}")
+    lines.append(md.text(pre_existing_line(review)))
+    return "".join(f"- {line}\n" for line in lines)
+
+
+def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_len: int) -> tuple[str, str]:
+    """(verdict lines, the rest of the first screen): per cluster the change, then new and resolved findings.
+
+    The table holds new and resolved findings only (one short line each); the full explanations follow
+    in `<details>`, then the pre-existing counts. When it does not fit: explanations go first, then rows
+    fold into "… N more".
+    """
     multi = len(reviews) > 1
-    rows = [
-        (r.cluster if multi else None, f)
-        for r in reviews
-        for f in _ordered_findings(r)
-    ]
-    # Across clusters: errors first, new first, cluster order kept otherwise.
-    rows.sort(key=lambda row: (row[1].finding.severity.rank, not row[1].new))
-    if not rows:
-        if len(verdicts) > max_len:
-            raise ValueError(f"limit too small for the verdict lines ({len(verdicts)} characters)")
-        return verdicts
+    verdicts = verdict_block(reviews)
+    room = max_len - len(verdicts)
+
+    def intro_at(cap: int) -> str:
+        if multi:
+            return "".join(f"**{md.text(r.cluster)}**\n\n{_cluster_lines(r, cap)}\n" for r in reviews)
+        return _cluster_lines(reviews[0], cap) + "\n"
+
+    intro = intro_at(LIST_CAP)
+    if len(intro) > room // 2:  # long tier lists shortened before any finding is
+        intro = intro_at(3)
+        if len(intro) > room // 2:
+            intro = intro_at(0)
+    rows: list[tuple[ClusterReview, Finding, str]] = []
+    for r in reviews:
+        rows += [(r, f.finding, f"{SEVERITY_ICON[f.finding.severity]} {NEW_MARK}") for f in _ordered_findings(r) if f.new]
+    rows.sort(key=lambda row: row[1].severity.rank)
+    for r in reviews:
+        rows += [(r, f, FIXED_MARK) for f in sorted(r.resolved, key=lambda f: f.sort_key())]
+    old = "".join(_pre_existing_details(r, multi) for r in reviews)
     columns = 7 if multi else 6
     table_head = f"| |{' cluster |' if multi else ''} check | tier | object | where | message |\n" + "|" + "---|" * columns + "\n"
 
-    def render(cap: int | None, keep: int) -> str:
-        body = "".join(_finding_row(c, f, link_base, cap) + "\n" for c, f in rows[:keep])
+    def render(keep: int, explained: int, with_old: bool = True) -> str:
+        if not rows:
+            return intro + (old + "\n" if with_old and old else "")
+        body = "".join(_finding_row(r, multi, f, mark, link_base) + "\n" for r, f, mark in rows[:keep])
         if keep < len(rows):
-            folded = len(rows) - keep
-            cells = [""] * (columns - 1) + [f"… {_plural(folded, 'more finding')} not shown (see the JSON output)"]
+            cells = [""] * (columns - 1) + [f"… {_plural(len(rows) - keep, 'more finding')} not shown (see the JSON output)"]
             body += "| " + " | ".join(cells) + " |\n"
-        return verdicts + table_head + body + "\n"
+        details = "".join(_finding_details(r, multi, f, mark) for r, f, mark in rows[:explained])
+        return intro + table_head + body + "\n" + details + (old + "\n" if with_old and old else "")
 
-    text = render(None, len(rows))
-    if len(text) <= max_len:
-        return text
-    longest = max(len(f.finding.message) for _, f in rows)
-    if len(render(MIN_MESSAGE, len(rows))) <= max_len:
-        lo, hi = MIN_MESSAGE, longest  # largest message cap that fits
+    full = render(len(rows), len(rows))
+    if len(full) <= room:
+        return verdicts, full
+    if len(render(len(rows), 0)) <= room:
+        lo, hi = 0, len(rows)  # most explanations that fit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if len(render(mid, len(rows))) <= max_len:
+            if len(render(len(rows), mid)) <= room:
                 lo = mid
             else:
                 hi = mid - 1
-        return render(lo, len(rows))
-    if len(render(MIN_MESSAGE, 0)) > max_len:
-        raise ValueError(f"limit too small for the verdict lines ({len(verdicts)} characters)")
-    lo, hi = 0, len(rows)  # most rows that fit at the smallest cap
+        return verdicts, render(len(rows), lo)
+    if len(render(0, 0, with_old=False)) > room:
+        intro = intro_at(0)
+        fold = f"… {_plural(len(rows), 'more finding')} not shown (see the JSON output)\n\n" if rows else ""
+        bare = intro + fold if len(intro + fold) <= room else fold  # a tiny limit: the cluster sections list the tiers
+        if len(bare) > room:
+            raise ValueError(f"limit too small for the verdict lines ({len(verdicts)} characters)")
+        if len(render(0, 0, with_old=False)) > room:
+            return verdicts, bare
+    lo, hi = 0, len(rows)  # most rows that fit, without explanations or pre-existing counts
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if len(render(MIN_MESSAGE, mid)) <= max_len:
+        if len(render(mid, 0, with_old=False)) <= room:
             lo = mid
         else:
             hi = mid - 1
-    return render(MIN_MESSAGE, lo)
+    return verdicts, render(lo, 0, with_old=False)
 
 
 # -- Markdown: parts -------------------------------------------------------------------------------
@@ -573,9 +710,12 @@ def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_l
 
 def _part_prefix(n: int, m: int, marker: str = DEFAULT_MARKER) -> str:
     # The hidden marker is how the bot finds its own comment to edit in place (as bedevere does).
-    if n == 1:
-        return f"<!-- {marker} -->\n"
-    return f"<!-- {marker} part={n} -->\n### Fluxwarden review · part {n} of {m}\n\n"
+    return f"<!-- {marker} -->\n" if n == 1 else f"<!-- {marker} part={n} -->\n"
+
+
+def _part_line(n: int, m: int) -> str:
+    """Under the verdict lines of every part of a split comment."""
+    return f"<sub>Fluxwarden review · part {n} of {m}</sub>\n\n" if m > 1 else ""
 
 
 def _part_footer(n: int, m: int) -> str:
@@ -599,6 +739,7 @@ def _omission_note(changes: int, tiers: int, clusters: int, max_parts: int) -> s
 _BIG = 999_999_999
 _RESERVE = (
     max(len(_part_prefix(1, _BIG)) + len(_part_footer(1, _BIG)), len(_part_prefix(_BIG, _BIG)) + len(_part_footer(_BIG, _BIG)))
+    + len(_part_line(_BIG, _BIG))
     + MAX_MARKER
     + len(_omission_note(_BIG, _BIG, _BIG, _BIG))
     + 8  # newlines around the footer
@@ -622,9 +763,13 @@ def format_review_markdown(
         raise ValueError(f"limit must be at least {MIN_LIMIT} characters")
     if max_parts < 1:
         raise ValueError("max_parts must be at least 1")
-    budget = limit - _RESERVE
-    parts: list[list[str]] = [[_first_screen(reviews, link_base, budget)]]
-    used = [len(parts[0][0])]
+    verdicts = verdict_block(reviews)
+    budget = limit - _RESERVE - len(verdicts)  # every part repeats the verdict lines
+    if budget < 250:  # the intro, a tier heading and a diff line at least
+        raise ValueError(f"limit too small for the verdict lines ({len(verdicts)} characters)")
+    _, first = _first_screen(reviews, link_base, budget + len(verdicts))
+    parts: list[list[str]] = [[first]]
+    used = [len(first)]
     omitted = {"changes": 0, "tiers": 0, "clusters": 0}
 
     def fits(n: int) -> bool:
@@ -694,7 +839,11 @@ def format_review_markdown(
         add(_omission_note(omitted["changes"], omitted["tiers"], omitted["clusters"], max_parts))
 
     total = len(parts)
-    out = [_part_prefix(n, total, marker) + "".join(body).rstrip("\n") + "\n" + ("\n" + _part_footer(n, total) if total > 1 else "") for n, body in enumerate(parts, 1)]
+    out = [
+        _part_prefix(n, total, marker) + verdicts + ("\n" + _part_line(n, total) if total > 1 else "") + "".join(body).rstrip("\n") + "\n"
+        + ("\n" + _part_footer(n, total) if total > 1 else "")
+        for n, body in enumerate(parts, 1)
+    ]
     for n, text in enumerate(out, 1):
         if len(text) > limit:  # a bug, never a reason to post an over-long comment
             raise AssertionError(f"review part {n} is {len(text)} characters, over the limit of {limit}")

@@ -91,6 +91,7 @@ def review(
     findings: list[tuple[Finding, bool]] = (),  # type: ignore[assignment]
     touched: tuple[str, ...] = (),
     head_sha: str | None = HEAD,
+    resolved: tuple[Finding, ...] = (),
 ) -> ClusterReview:
     ordered = sorted(findings, key=lambda pair: pair[0].sort_key())
     head = CheckReport(cluster, f"clusters/{cluster}", tuple(tiers), tuple(t.id for t in tiers), tuple(f for f, _ in ordered))
@@ -103,6 +104,7 @@ def review(
         findings=tuple(ReviewedFinding(f, new) for f, new in ordered),
         changed_files=frozenset(),
         changed_tiers=frozenset(diff.changed_tiers() | {tid(t) for t in touched}),
+        resolved=resolved,
     )
 
 
@@ -214,12 +216,12 @@ def splitting_review(objects: int = 24, huge_lines: int = 2000) -> ClusterReview
 @pytest.mark.parametrize(
     "findings,expected",
     [
-        ([], "✅ c: no errors or warnings — 2 tiers, 6 objects, no tier changed"),
-        ([("e", True)], "❌ c: 1 new error — 2 tiers, 6 objects, no tier changed"),
-        ([("e", True), ("w", True), ("w", False)], "❌ c: 1 new error, 2 warnings (1 pre-existing) — 2 tiers, 6 objects, no tier changed"),
-        ([("e", False), ("w", True)], "⚠️ c: 1 pre-existing error, 1 new warning — 2 tiers, 6 objects, no tier changed"),
-        ([("e", False), ("e", False)], "✅ c: 2 pre-existing errors — 2 tiers, 6 objects, no tier changed"),
-        ([("w", True), ("w", True)], "⚠️ c: 2 new warnings — 2 tiers, 6 objects, no tier changed"),
+        ([], "✅ c: no new findings · no tier changed"),
+        ([("e", True)], "❌ c: 1 new error · no tier changed"),
+        ([("e", True), ("w", True), ("w", False)], "❌ c: 1 new error, 1 new warning · no tier changed"),
+        ([("e", False), ("w", True)], "⚠️ c: 1 new warning · no tier changed"),
+        ([("e", False), ("e", False)], "✅ c: no new findings · no tier changed"),  # never a ✅ beside old errors…
+        ([("w", True), ("w", True)], "⚠️ c: 2 new warnings · no tier changed"),
     ],
 )
 def test_verdict_line_counts_new_and_pre_existing(findings: list[tuple[str, bool]], expected: str) -> None:
@@ -229,11 +231,19 @@ def test_verdict_line_counts_new_and_pre_existing(findings: list[tuple[str, bool
     ]
     r = review("c", [summary("a"), summary("b")], cluster_diff("c"), made)
     assert review_verdict_line(r) == expected
+    old = sum(1 for _, new in findings if not new)
+    text = format_review_markdown([r])[0]
+    if old:  # …the old ones are a neutral line of their own
+        assert re.search(r"^- 2 tiers, 6 objects · pre-existing, not from this change: \d (error|warning)", text, re.M)
+        assert "✅" not in text.splitlines()[2]
 
 
-def test_verdict_line_counts_changed_tiers() -> None:
+def test_verdict_line_counts_changed_tiers_moves_and_fixes() -> None:
     line = review_verdict_line(prod_review())
-    assert line == "❌ prod: 1 new error, 2 warnings (1 pre-existing) — 5 tiers, 39 objects, 5 tiers changed"
+    assert line == "❌ prod: 1 new error, 1 new warning · 5 tiers changed · 1 object moved"
+    fixed = finding("second-order-crd", Severity.ERROR, "deadlock", "platform-config", "CDI/cdi/cdi")
+    r = review("c", [summary("a")], cluster_diff("c"), resolved=(fixed,))
+    assert review_verdict_line(r) == "✅ c: no new findings · fixed: 1 · no tier changed"
 
 
 def test_text_golden() -> None:
@@ -257,7 +267,7 @@ def test_text_lists_changes_with_signs() -> None:
 def test_text_clean_review() -> None:
     text = format_review_text(clean_review())
     assert text == (
-        "✅ dev: no errors or warnings — 2 tiers, 11 objects, no tier changed\n"
+        "✅ dev: no new findings · no tier changed\n2 tiers, 11 objects\n"
         f"base {BASE[:12]} → head working tree\n\nno rendered changes\n"
     )
 
@@ -280,13 +290,36 @@ def test_json_shape() -> None:
     assert data["changes"][-1]["tier"] == "flux-system/apps"  # largest last
     assert "flux-system/platform" in data["changedTiers"]
     assert data["kustomizations"] == [t.to_json() for t in prod_review().head.tiers]
-    assert data["summary"] == {"newErrors": 1, "newWarnings": 1, "errors": 1, "warnings": 2}
+    assert data["summary"] == {"newErrors": 1, "newWarnings": 1, "errors": 1, "warnings": 2, "fixed": 0}
+    assert all(len(f["summary"]) <= 120 for f in data["findings"])
     secret = next(c for c in data["changes"] if c["object"]["kind"] == "Secret")
     assert secret["secretKeys"] == {"added": ["token2"], "removed": ["token"], "changed": ["password"]}
 
 
 # --------------------------------------------------------------------------------------------
 # Mermaid
+
+_EDGE = re.compile(r"^\s*(\w+)\s*(?:-->|-\.->)(?:\|[^|]*\|)?\s*(\w+)\s*$")
+_NODE = re.compile(r'^\s*(\w+)\["([^"]*)"\]\s*$')
+
+
+def mermaid_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```mermaid\n(.*?)^```$", markdown, re.M | re.S)
+
+
+def assert_edges_avoid_summaries(graph: str, r: ClusterReview) -> None:
+    """Every edge joins two drawn tiers (never a summary note), and every changed tier is drawn."""
+    [body] = mermaid_blocks(graph) if graph.startswith("```") else [graph]
+    nodes = {m.group(1): m.group(2) for m in map(_NODE.match, body.splitlines()) if m}
+    summaries = {n for n, text in nodes.items() if re.search(r"other tiers? unchanged|unchanged tier", text)}
+    summaries |= set(re.findall(r"^\s*class ([\w,]+) summary$", body, re.M)[0].split(",")) if " summary\n" in body else set()
+    edges = [m.groups() for m in map(_EDGE.match, body.splitlines()) if m]
+    for a, b in edges:
+        assert a in nodes and b in nodes, (a, b)
+        assert a not in summaries and b not in summaries, (a, b)
+    labels = {text.split("<br/>")[0] for n, text in nodes.items() if n not in summaries}
+    for t in r.changed_tiers:
+        assert t.name in labels or str(t) in labels, t
 
 
 def test_mermaid_small_golden() -> None:
@@ -307,24 +340,34 @@ def test_mermaid_small_content() -> None:
     assert ids and all(re.fullmatch(r"[A-Za-z0-9_]+", i) for i in ids)
 
 
-def test_mermaid_grouped_golden() -> None:
+def test_mermaid_change_graph_golden() -> None:
     assert_golden("review/mermaid-60-tiers.md", tier_graph_mermaid(big_review()))
 
 
-def test_mermaid_grouped_collapses_untouched_tiers() -> None:
+def test_mermaid_draws_the_change_and_one_note_for_the_rest() -> None:
     graph = tier_graph_mermaid(big_review())
-    assert graph.count("subgraph ") == 3
-    # a-5 changed; a-4/a-6 adjacent; b-3 (source of the move) changed, b-2/b-4 adjacent; b-10 has a warning
-    for shown in ("t_team_a_a_5", "t_team_a_a_4", "t_team_a_a_6", "t_team_b_b_3", "t_team_b_b_2", "t_team_b_b_4", "t_team_b_b_10"):
-        assert f"    {shown}[" in graph
-    assert "t_team_a_a_7[" not in graph and "t_flux_system_infra_0[" not in graph
-    assert '["20 unchanged tiers"]' in graph
-    assert '["17 unchanged tiers"]' in graph
-    assert '["16 unchanged tiers"]' in graph
+    assert "subgraph" not in graph
+    # a-5 changed; a-4 its dependency, a-6 its dependent; b-3 (source of the move) changed, b-2/b-4 around it;
+    # b-10 has a new warning
+    drawn = re.findall(r"^  (t_\w+)\[", graph, re.M)
+    assert sorted(drawn) == sorted(["t_team_a_a_4", "t_team_a_a_5", "t_team_a_a_6", "t_team_b_b_2", "t_team_b_b_3", "t_team_b_b_4", "t_team_b_b_10"])
+    assert '  others["53 other tiers unchanged"]' in graph
     assert "  t_team_b_b_3 -.->|2 moved| t_team_a_a_5\n" in graph
-    assert "u_flux_system --> u_team_a" in graph
-    node_lines = [line for line in graph.splitlines() if re.match(r"\s+\w+\[", line)]
-    assert len(node_lines) <= 12  # readable: 60 tiers drawn as a handful of nodes
+    assert re.search(r't_team_b_b_3\["team-b/b-3<br/>→ 2 moved out"\]', graph)
+    assert_edges_avoid_summaries(graph, big_review())
+
+
+def test_mermaid_colours_new_findings_only() -> None:
+    r = review(
+        "c",
+        [summary("a"), summary("b", "a"), summary("c", "b")],
+        cluster_diff("c", tier_diff(change(ChangeKind.ADDED, "ConfigMap/x/y", "b"))),
+        [(finding("missing-crd", Severity.ERROR, "old", "a"), False), (finding("missing-crd", Severity.WARNING, "new", "c"), True)],
+    )
+    graph = tier_graph_mermaid(r)
+    assert "class t_flux_system_c warning" in graph
+    assert " error" not in graph.split("classDef summary")[1]
+    assert "❌" not in graph
 
 
 def test_mermaid_label_escaping() -> None:
@@ -333,7 +376,7 @@ def test_mermaid_label_escaping() -> None:
 
 def test_mermaid_ids_are_sanitised_and_unique() -> None:
     tiers = [summary("a-b/c"), summary("a_b/c"), summary("x.y/end")]
-    graph = tier_graph_mermaid(review("c", tiers, cluster_diff("c")))
+    graph = tier_graph_mermaid(review("c", tiers, cluster_diff("c"), touched=("a-b/c", "a_b/c", "x.y/end")))
     ids = re.findall(r"^\s*(\w+)\[", graph, re.M)
     assert ids == ["t_a_b_c", "t_a_b_c_2", "t_x_y_end"]
 
@@ -359,20 +402,35 @@ def test_markdown_first_screen() -> None:
     text = format_review_markdown([prod_review()], link_base=LINK)[0]
     lines = text.splitlines()
     assert lines[0] == MARKER
-    assert lines[1] == "### ❌ prod: 1 new error, 2 warnings (1 pre-existing) — 5 tiers, 39 objects, 5 tiers changed"
-    rows = [line for line in lines if line.startswith("| ") and "`" in line]
-    assert len(rows) == 4
-    assert rows[0].startswith("| ❌ 🆕 | `missing-crd`")
-    assert rows[1].startswith("| ⚠️ 🆕 | `prune-transient`")
-    assert rows[2].startswith("| ⚠️ | `tier-order-stale`")
-    assert rows[3].startswith("| ℹ️ | `unused-variable`")
-    assert f"[`apps/web.yaml:12`]({LINK}/apps/web.yaml#L12)" in rows[0]
-    assert text.index("```mermaid") < text.index("<details>")
+    assert lines[1] == "### ❌ prod: 1 new error, 1 new warning · 5 tiers changed · 1 object moved"
+    assert lines[2] == "- Changed tiers (5): `apps`, `legacy`, `platform`, `platform-config`, `platform-config-cdi`"
+    assert lines[3] == "- 5 tiers, 39 objects · pre-existing, not from this change: 1 warning"
+    rows = [line for line in lines if line.startswith("| ") and "`" in line and not line.startswith("| `")]
+    assert len(rows) == 2  # new findings only: the pre-existing ones are counted, folded
+    assert rows[0].startswith("| ❌ 🆕 | `missing-crd` | apps | Deployment/web | ")
+    assert rows[1].startswith("| ⚠️ 🆕 | `prune-transient` | platform-config | StorageProfile/ceph-block | ")
+    assert f"[`web.yaml:12`]({LINK}/apps/web.yaml#L12)" in rows[0]
+    assert rows[0].endswith(" | no tier installs the CRD of Deployment/web (in apps): its apply fails |")
+    # the full explanation follows the table, one <details> per finding
+    assert "<details><summary>❌ 🆕 missing-crd · flux-system/apps · Deployment/apps/web</summary>" in text
+    assert re.search(r"<summary>2 pre-existing findings, not from this change \(counts per check\)</summary>\n\n\| check \| ❌ \| ⚠️ \| ℹ️ \|", text)
+    assert "| `tier-order-stale` |  | 1 |  |" in text
+    assert text.index("<details><summary>2 pre-existing") < text.index("```mermaid")
+
+
+def test_markdown_lists_resolved_findings() -> None:
+    fixed = finding("second-order-crd", Severity.ERROR, "platform-config waits for StorageProfile.cdi.kubevirt.io ← created by cdi-operator", "platform-config", "CDI//cdi", "platform-config/cdi.yaml:3")
+    r = review("prod", [summary("platform-config")], cluster_diff("prod"), resolved=(fixed,), touched=("platform-config",))
+    text = format_review_markdown([r])[0]
+    assert text.splitlines()[1] == "### ✅ prod: no new findings · fixed: 1 · 1 tier changed"
+    row = next(line for line in text.splitlines() if line.startswith("| ✅ fixed"))
+    assert row.startswith("| ✅ fixed | `second-order-crd` | platform-config | CDI/cdi | `cdi.yaml:3` | ")
+    assert "<details><summary>✅ fixed second-order-crd · flux-system/platform-config · CDI/cdi</summary>" in text
 
 
 def test_markdown_escapes_cells() -> None:
     text = format_review_markdown([prod_review()])[0]
-    assert "Deployment uses &lt;kind&gt; a\\|b not installed by any tier |" in text
+    assert "Deployment uses &lt;kind&gt; a\\|b not installed by any tier" in text
     assert "a|b" not in text
 
 
@@ -395,12 +453,12 @@ def test_markdown_secret_lists_key_names_only() -> None:
 
 def test_markdown_clean_review_has_no_table_or_graph() -> None:
     text = format_review_markdown([clean_review()])[0]
-    assert "### ✅ dev: no errors or warnings" in text
+    assert "### ✅ dev: no new findings · no tier changed" in text
     assert "| |" not in text and "mermaid" not in text
     assert "No rendered changes." in text
 
 
-def test_markdown_new_marker_only_on_new_rows() -> None:
+def test_markdown_table_holds_new_rows_only() -> None:
     r = review(
         "c",
         [summary("a")],
@@ -408,7 +466,7 @@ def test_markdown_new_marker_only_on_new_rows() -> None:
         [(finding("x", Severity.WARNING, "fresh", "a"), True), (finding("y", Severity.WARNING, "stale", "a"), False)],
     )
     rows = [line for line in format_review_markdown([r])[0].splitlines() if line.startswith("| ⚠️")]
-    assert rows == ["| ⚠️ 🆕 | `x` | flux-system/a |  |  | fresh |", "| ⚠️ | `y` | flux-system/a |  |  | stale |"]
+    assert rows == ["| ⚠️ 🆕 | `x` | a |  |  | fresh |"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,7 +479,10 @@ def _headings(part: str) -> list[str]:
 
 def _assert_well_formed(parts: list[str], limit: int) -> None:
     assert parts[0].startswith(MARKER + "\n")
+    verdicts = re.match(r"<!-- [^\n]* -->\n((?:### [^\n]*\n)+)", parts[0])
+    assert verdicts, parts[0][:300]
     for n, part in enumerate(parts, 1):
+        assert part.split("\n", 1)[1].startswith(verdicts.group(1))  # every part starts with the verdict lines
         assert len(part) <= limit, (n, len(part))
         if n > 1:
             assert part.startswith(f"<!-- fluxwarden:review part={n} -->\n")
@@ -437,10 +498,11 @@ def test_split_small_limit() -> None:
     parts = format_review_markdown([r], limit=3000)
     assert len(parts) > 3
     _assert_well_formed(parts, 3000)
-    # findings table whole in part 1, never elsewhere
+    # new findings whole in part 1, never elsewhere; pre-existing ones only counted
     for k in range(6):
-        assert f"problem {k} in tier t{k}" in parts[0]
+        assert (f"problem {k} in tier t{k}" in parts[0]) == (k % 2 == 0)
         assert all(f"problem {k} " not in p for p in parts[1:])
+    assert "3 pre-existing findings, not from this change" in parts[0]
     # every object change exactly once
     expected = sorted(str(c.ref) for t in r.diff.tiers for c in t.changes)
     shown = sorted(h for p in parts for h in _headings(p))
@@ -477,14 +539,15 @@ def test_single_part_has_no_part_title() -> None:
 
 
 def test_long_messages_are_shortened_not_dropped() -> None:
-    findings = [(finding("missing-crd", Severity.ERROR, f"message {k}: " + "very long | text " * 80, f"t{k}"), True) for k in range(10)]
+    findings = [(finding("chk", Severity.ERROR, f"message {k}: " + "very long | texts " * 80, f"t{k}"), True) for k in range(10)]
     r = review("prod", [summary(f"t{k}") for k in range(10)], cluster_diff("prod"), findings)
     parts = format_review_markdown([r], limit=3000)
     _assert_well_formed(parts, 3000)
     rows = [line for line in parts[0].splitlines() if line.startswith("| ❌")]
     assert len(rows) == 10
-    assert all(row.endswith("… |") for row in rows)
+    assert all(row.endswith(" texts… |") for row in rows)  # cut at a word boundary, never mid-word
     assert all(f"message {k}:" in rows[k] for k in range(10))
+    assert all(len(row.rsplit(" | ", 2)[-2].replace("\\|", "|")) <= 120 for row in rows)
 
 
 def test_too_many_findings_fold_the_least_important_rows() -> None:
@@ -497,8 +560,8 @@ def test_too_many_findings_fold_the_least_important_rows() -> None:
     folded = re.search(r"… ([\d,]+) more findings not shown", text)
     assert folded
     rows = [line for line in text.splitlines() if line.startswith(("| ❌", "| ⚠️"))]
-    assert len(rows) + int(folded.group(1)) == 120
-    assert rows[0].startswith("| ❌ 🆕")  # the kept rows are the important ones
+    assert len(rows) + int(folded.group(1)) == 60  # new findings only: the pre-existing ones are counted
+    assert all(row.startswith("| ❌ 🆕") for row in rows)
 
 
 def test_graph_too_big_is_replaced_by_a_note() -> None:
@@ -552,4 +615,4 @@ def test_split_invariants_on_random_reviews(seed: int) -> None:
     assert len(shown) + omitted == len(expected)
     rows = sum(1 for line in parts[0].splitlines() if line.startswith(("| ❌", "| ⚠️", "| ℹ️")))
     folded = re.search(r"… ([\d,]+) more findings? not shown", parts[0])
-    assert rows + (int(folded.group(1)) if folded else 0) == sum(len(r.findings) for r in clusters)
+    assert rows + (int(folded.group(1)) if folded else 0) == sum(1 for r in clusters for f in r.findings if f.new)
