@@ -90,8 +90,8 @@ def pre_existing_line(review: ClusterReview) -> str:
 # One line per check, standing on its own (what, where, why): {tier} and {object} are filled in, short.
 # Written for the check's error/warning findings; others use the message's first sentence.
 SUMMARY_TEMPLATES = {
-    "second-order-crd": "{object}'s CRD only exists once a controller reconciles a CR {tier} cannot wait for: {tier} is never Ready",
-    "prune-transient": "{object} moves out of {tier} (prune: true): it may be deleted and recreated, losing its state",
+    "second-order-crd": "{object}'s CRD is created at run time by a CR that {tier} cannot wait for: the tier never converges",
+    "prune-transient": "{object} moves out of {tier} (prune: true): Flux may delete and recreate it, losing its state",
     "tier-order-stale": "the bootstrap tier order misses {tier} or lists it before a dependency: a scripted standup stalls",
     "duplicate-object": "{object} is applied by two Kustomizations ({tier} and another): they overwrite and may prune it",
     "missing-crd": "no tier installs the CRD of {object} (in {tier}): its apply fails",
@@ -134,16 +134,17 @@ def finding_summary(f: Finding) -> str:
         template = None  # a template names what the finding is about: without it, the message's own words
     if template:
         variable = _VARIABLE.search(f.message)
-        text = template.format(
-            tier=f.kustomization.name if f.kustomization else "its tier",
-            object=short_object(f.object) if f.object else "an object",
-            variable=variable.group(0) if variable else "a variable",
-        )
-        if len(text) <= SUMMARY_MAX:
-            return text
+        # Long names: the object as Kind/name, then its name alone, before the template is given up.
+        for obj in (short_object(f.object), f.object.name) if f.object else ("an object",):
+            text = template.format(
+                tier=f.kustomization.name if f.kustomization else "its tier", object=obj, variable=variable.group(0) if variable else "a variable"
+            )
+            if len(text) <= SUMMARY_MAX:
+                return text
     message = " ".join(f.message.split())
     first = _SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
-    return _shorten(first)
+    # A lead-in too short to stand on its own (`HIGH IMPACT:`): the message goes on past it.
+    return _shorten(first if len(first) >= 40 else message)
 
 
 def _ordered_findings(review: ClusterReview) -> list[ReviewedFinding]:

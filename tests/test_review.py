@@ -161,6 +161,23 @@ def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list
     assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
 
 
+def test_a_finding_moved_with_its_object_is_not_new_and_a_gone_one_is_resolved() -> None:
+    from bot.model import ObjectRef, SourceLocation
+    from bot.review import mark_new, resolved_findings
+
+    sp = ObjectRef("cdi.kubevirt.io/v1beta1", "StorageProfile", "", "longhorn-vm")
+    before = Finding("missing-provider", Severity.WARNING, "m", TierId("flux-system", "platform-config"), sp, SourceLocation("platform-config/sp.yaml", 3))
+    after = Finding("missing-provider", Severity.WARNING, "m", TierId("flux-system", "platform-config-cdi"), sp, SourceLocation("platform-config-cdi/sp.yaml", 3))
+    deadlock = Finding("second-order-crd", Severity.ERROR, "d", TierId("flux-system", "platform-config"), sp)
+    info = Finding("unused-variable", Severity.INFO, "i", TierId("flux-system", "a"))
+    assert [r.new for r in mark_new((after,), (before, deadlock, info))] == [False]
+    assert resolved_findings((after,), (before, deadlock, info)) == (deadlock,)  # info findings are not "fixed"
+    # substitution checks: the variable is part of the identity
+    obj = ObjectRef("v1", "ConfigMap", "a", "c")
+    var = lambda name, tier: Finding("undefined-variable", Severity.ERROR, f"${{{name}}} (no default) is not defined", TierId("flux-system", tier), obj)  # noqa: E731
+    assert [r.new for r in mark_new((var("A", "b"), var("B", "b")), (var("A", "a"),))] == [False, True]
+
+
 def test_merge_base_is_what_a_pr_is_reviewed_against(tmp_path: Path) -> None:
     from bot.gitrepo import merge_base
     from tests.fluxrepo import write_tree
