@@ -620,8 +620,8 @@ def verdict_block(reviews: Sequence[ClusterReview]) -> str:
 
 
 def _cluster_lines(review: ClusterReview, cap: int = LIST_CAP) -> str:
-    """Under a verdict: the cold-start change, the changed tiers, the neutral pre-existing line."""
-    lines = []
+    """Under a verdict: the neutral pre-existing line, the cold-start change, the changed tiers."""
+    lines = [md.text(pre_existing_line(review))]
     if review.cold_start_change:
         lines.append(md.text("Cold start: " + review.cold_start_change))
     changed = sorted(review.changed_tiers)
@@ -631,7 +631,6 @@ def _cluster_lines(review: ClusterReview, cap: int = LIST_CAP) -> str:
         shown = ", ".join(md.code(n) for n in names[:cap])
         rest = len(names) - min(cap, len(names))
         lines.append(f"Changed tiers ({len(names):,}): " + shown + (f" and {rest:,} more" if rest else "") if shown else f"Changed tiers: {len(names):,}")
-    lines.append(md.text(pre_existing_line(review)))
     return "".join(f"- {line}\n" for line in lines)
 
 

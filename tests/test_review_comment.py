@@ -129,7 +129,7 @@ def test_seed_pr_says_what_it_fixes(seed_reviews: dict) -> None:
     r, _, _ = seed_reviews["seed-pr"]
     lines = format_review_markdown([r])[0].splitlines()
     assert lines[1].startswith("### ⚠️ prod: 3 new warnings · fixed: ")
-    assert "Cold start: this change resolves a cold-start deadlock" in lines[2]
+    assert "Cold start: this change resolves a cold-start deadlock" in lines[3]
     fixed = [line for line in lines if line.startswith("| ✅ fixed | `second-order-crd` | platform-config |")]
     assert fixed
     # the StorageProfiles moved out of platform-config: its node says so
@@ -149,7 +149,7 @@ def test_eighty_tiers_golden() -> None:
     assert_golden("review/80-tiers-1-changed.md", part)
     lines = part.splitlines()
     assert lines[1] == "### ✅ prod: no new findings · 1 tier changed"
-    assert lines[3] == "- 80 tiers, 240 objects · pre-existing, not from this change: 50 errors, 100 warnings"
+    assert lines[2] == "- 80 tiers, 240 objects · pre-existing, not from this change: 50 errors, 100 warnings"
     assert not re.search(r"^\| (❌|⚠️|ℹ️)", part, re.M)  # no table of old findings: one folded count per check
     assert "<summary>200 pre-existing findings, not from this change (counts per check)</summary>" in part
     _first_screen_holds_the_change(part, r)

@@ -403,8 +403,8 @@ def test_markdown_first_screen() -> None:
     lines = text.splitlines()
     assert lines[0] == MARKER
     assert lines[1] == "### ❌ prod: 1 new error, 1 new warning · 5 tiers changed · 1 object moved"
-    assert lines[2] == "- Changed tiers (5): `apps`, `legacy`, `platform`, `platform-config`, `platform-config-cdi`"
-    assert lines[3] == "- 5 tiers, 39 objects · pre-existing, not from this change: 1 warning"
+    assert lines[2] == "- 5 tiers, 39 objects · pre-existing, not from this change: 1 warning"  # neutral, a line of its own
+    assert lines[3] == "- Changed tiers (5): `apps`, `legacy`, `platform`, `platform-config`, `platform-config-cdi`"
     rows = [line for line in lines if line.startswith("| ") and "`" in line and not line.startswith("| `")]
     assert len(rows) == 2  # new findings only: the pre-existing ones are counted, folded
     assert rows[0].startswith("| ❌ 🆕 | `missing-crd` | apps | Deployment/web | ")
