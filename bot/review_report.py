@@ -1,22 +1,23 @@
 """Text, JSON and Markdown (PR comment) forms of a `check --base` review. Pure functions, no I/O.
 
-Markdown layout (`format_review_markdown`), in reading order:
+Markdown layout (`format_review_markdown`), in reading order — about the change, not the repository:
 
-1. First screen (always whole, always in part 1): one verdict line per cluster, then one findings
-   table for all clusters (errors first, new before pre-existing, 🆕 on new rows). When the table
-   alone does not fit, long messages are shortened (all to the same cap); only if the rows still do
-   not fit at a small cap are the least important rows (pre-existing, then warnings, last) folded
-   into a "… N more findings" row.
-2. Per cluster: a heading, base → head, a Mermaid flowchart of the tier graph (changed tiers get a
-   thick border, tiers with findings a red/amber fill, moved objects a dashed labelled edge), notes
-   (new / removed / input-only / not compared tiers).
+1. First screen (always in part 1): one verdict line per cluster from *new* findings only
+   (`✅ prod: no new findings · fixed: 1 · 3 tiers changed · 1 object moved`); under it a neutral line
+   with the size and the pre-existing counts, the cold-start change, the changed tiers. Then one table of
+   the new and resolved findings (a one-line `finding_summary` each, ≤ 120 characters), the full
+   explanation of each in a `<details>`, and the pre-existing findings folded into one `<details>` of
+   counts per check. When it does not fit: explanations go first, then rows fold into "… N more".
+2. Per cluster: a heading, base → head, a Mermaid flowchart of the change (changed tiers, their direct
+   dependencies and dependents, tiers with new findings, moves; every other tier one note without
+   edges; fill colours for new findings only), notes (new / removed / input-only / not compared tiers).
 3. Per changed tier, smallest first and largest last, a `<details>` section with one block per
    object change: `+ added`, `- removed`, `~ changed`, `→ moved`, each with its unified diff in a
    ```diff fence. Secrets list key names only, never a diff.
 
-Splitting: parts are cut at cluster, tier and object boundaries only; a tier cut in two is closed
-and reopened as "(continued)". An object whose diff alone does not fit an empty part is shortened
-to "… N more lines". Past `max_parts`, the remaining changes are counted in a closing note.
+Splitting: every part starts with the verdict lines and "part N of M"; parts are cut at cluster, tier
+and object boundaries only; a tier cut in two is closed and reopened as "(continued)". An object whose
+diff alone does not fit an empty part is shortened to "… N more lines". Past `max_parts`, the remaining changes are counted in a closing note.
 """
 
 from __future__ import annotations
@@ -94,7 +95,6 @@ SUMMARY_TEMPLATES = {
     "prune-transient": "{object} moves out of {tier} (prune: true): Flux may delete and recreate it, losing its state",
     "tier-order-stale": "the bootstrap tier order misses {tier} or lists it before a dependency: a scripted standup stalls",
     "duplicate-object": "{object} is applied by two Kustomizations ({tier} and another): they overwrite and may prune it",
-    "missing-crd": "no tier installs the CRD of {object} (in {tier}): its apply fails",
     "crd-not-ordered": "{object}'s CRD comes from a tier {tier} does not depend on: the first apply can fail",
     "dependency-not-waited": "{tier} relies on a CRD/CR from a tier with no wait or health check: it can apply too early",
     "health-check-deadlock": "{tier} waits on an object that only a tier depending on it applies: neither becomes Ready",

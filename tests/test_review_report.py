@@ -410,7 +410,8 @@ def test_markdown_first_screen() -> None:
     assert rows[0].startswith("| ❌ 🆕 | `missing-crd` | apps | Deployment/web | ")
     assert rows[1].startswith("| ⚠️ 🆕 | `prune-transient` | platform-config | StorageProfile/ceph-block | ")
     assert f"[`web.yaml:12`]({LINK}/apps/web.yaml#L12)" in rows[0]
-    assert rows[0].endswith(" | no tier installs the CRD of Deployment/web (in apps): its apply fails |")
+    assert rows[0].endswith(" | Deployment uses &lt;kind&gt; a\\|b not installed by any tier |")
+    assert rows[1].endswith(" | StorageProfile/ceph-block moves out of platform-config (prune: true): Flux may delete and recreate it, losing its state |")
     # the full explanation follows the table, one <details> per finding
     assert "<details><summary>❌ 🆕 missing-crd · flux-system/apps · Deployment/apps/web</summary>" in text
     assert re.search(r"<summary>2 pre-existing findings, not from this change \(counts per check\)</summary>\n\n\| check \| ❌ \| ⚠️ \| ℹ️ \|", text)
