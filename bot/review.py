@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import re
 import tempfile
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
