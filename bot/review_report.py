@@ -22,6 +22,7 @@ diff alone does not fit an empty part is shortened to "… N more lines". Past `
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from typing import Any, Iterable, Sequence
@@ -88,10 +89,12 @@ def pre_existing_line(review: ClusterReview) -> str:
     return f"{size} · pre-existing, not from this change: {old}" if old else size
 
 
-# One line per check, standing on its own (what, where, why): {tier} and {object} are filled in, short.
-# Written for the check's error/warning findings; others use the message's first sentence.
+# One line per check (`check/severity` where the severities mean different outcomes), standing on its own
+# (what, where, why): {tier} and {object} are filled in, short. Written for the check's error/warning
+# findings; others use the message's first sentence.
 SUMMARY_TEMPLATES = {
     "second-order-crd": "{object}'s CRD is created at run time by a CR that {tier} cannot wait for: the tier never converges",
+    "second-order-crd/warning": "{object}'s CRD is created at run time by a CR that {tier} does not wait for: its first apply can fail",
     "prune-transient": "{object} moves out of {tier} (prune: true): Flux may delete and recreate it, losing its state",
     "tier-order-stale": "the bootstrap tier order misses {tier} or lists it before a dependency: a scripted standup stalls",
     "duplicate-object": "{object} is applied by two Kustomizations ({tier} and another): they overwrite and may prune it",
@@ -100,9 +103,9 @@ SUMMARY_TEMPLATES = {
     "health-check-deadlock": "{tier} waits on an object that only a tier depending on it applies: neither becomes Ready",
     "missing-dependency": "{tier} dependsOn a Kustomization this cluster does not have: {tier} never reconciles",
     "dependency-cycle": "dependsOn forms a cycle through {tier}: none of the tiers in it ever reconciles",
-    "missing-provider": "{object} names a provider defined in a tier {tier} does not depend on: it fails on a cold start",
+    "missing-provider": "{object} uses a provider from a tier {tier} does not depend on: on a cold start it can come first",
     "invalid-name": "{object} has an invalid name or namespace: the API server refuses it",
-    "unknown-kind": "nobody known provides the kind of {object}: its apply fails",
+    "unknown-kind": "no CRD in git or a known chart provides {object}'s kind: its dry-run fails unless a controller adds it",
     "literal-token": "a ${{…}} in {object} ships literally: no postBuild of {tier} substitutes it",
     "undefined-variable": "{variable} (no default) in {object} is not defined for this cluster: Flux substitutes \"\"",
     "config-changed": "this change edits .fluxwarden.yaml: reviewed under the base's configuration, it applies after merge",
@@ -129,20 +132,21 @@ def short_object(obj: object) -> str:
 
 def finding_summary(f: Finding) -> str:
     """A one-line message of at most SUMMARY_MAX characters that stands on its own: what, where, why."""
-    template = SUMMARY_TEMPLATES.get(f.check) if f.severity in (Severity.ERROR, Severity.WARNING) else None
+    template = SUMMARY_TEMPLATES.get(f"{f.check}/{f.severity.value}", SUMMARY_TEMPLATES.get(f.check)) if f.severity in (Severity.ERROR, Severity.WARNING) else None
     if template and ("{object}" in template and f.object is None or "{tier}" in template and f.kustomization is None):
         template = None  # a template names what the finding is about: without it, the message's own words
     if template:
         variable = _VARIABLE.search(f.message)
-        # Long names: the object as Kind/name, then its name alone, before the template is given up.
-        for obj in (short_object(f.object), f.object.name) if f.object else ("an object",):
-            text = template.format(
-                tier=f.kustomization.name if f.kustomization else "its tier", object=obj, variable=variable.group(0) if variable else "a variable"
-            )
+        # Long names: the object as Kind/name, then its name alone, then the tier unnamed (the table's
+        # tier and object columns name both), before the template is given up.
+        objects = (short_object(f.object), f.object.name) if f.object else ("an object",)
+        tiers = (f.kustomization.name, "its tier") if f.kustomization else ("its tier",)
+        for tier, obj in itertools.product(tiers, objects):
+            text = template.format(tier=tier, object=obj, variable=variable.group(0) if variable else "a variable")
             if len(text) <= SUMMARY_MAX:
-                return text
+                return text[0].upper() + text[1:] if text.startswith("its ") else text
     message = " ".join(f.message.split())
-    first = _SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
+    first = _SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".;:, ")
     # A lead-in too short to stand on its own (`HIGH IMPACT:`): the message goes on past it.
     return _shorten(first if len(first) >= 40 else message)
 

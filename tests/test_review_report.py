@@ -17,6 +17,7 @@ from bot.review import ClusterReview, ReviewedFinding
 from bot.review_report import (
     MARKER,
     format_review_markdown,
+    finding_summary,
     format_review_text,
     mermaid_label,
     review_to_json,
@@ -427,6 +428,8 @@ def test_markdown_lists_resolved_findings() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| ✅ fixed"))
     assert row.startswith("| ✅ fixed | `second-order-crd` | platform-config | CDI/cdi | `cdi.yaml:3` | ")
     assert "<details><summary>✅ fixed second-order-crd · flux-system/platform-config · CDI/cdi</summary>" in text
+    assert "fixed: error second-order-crd  flux-system/platform-config CDI/cdi\n" in format_review_text(r)
+    assert review_to_json(r)["resolved"][0]["check"] == "second-order-crd" and review_to_json(r)["summary"]["fixed"] == 1
 
 
 def test_markdown_escapes_cells() -> None:
@@ -617,3 +620,31 @@ def test_split_invariants_on_random_reviews(seed: int) -> None:
     rows = sum(1 for line in parts[0].splitlines() if line.startswith(("| ❌", "| ⚠️", "| ℹ️")))
     folded = re.search(r"… ([\d,]+) more findings? not shown", parts[0])
     assert rows + (int(folded.group(1)) if folded else 0) == sum(1 for r in clusters for f in r.findings if f.new)
+
+
+# --------------------------------------------------------------------------------------------
+# one-line summaries
+
+
+def test_summary_names_the_object_and_says_why() -> None:
+    f = finding("second-order-crd", Severity.ERROR, "2 StorageProfile objects need … (long)", "platform-config", "StorageProfile//longhorn-vm")
+    assert len(finding_summary(f)) <= 120
+    assert "platform-config" in finding_summary(f) and "never converges" in finding_summary(f)
+    warning = finding("second-order-crd", Severity.WARNING, "m", "nfd", "NodeFeatureRule/kube-system/intel-gpu-rule")
+    assert finding_summary(warning).endswith(": its first apply can fail")
+
+
+def test_summary_drops_names_before_the_template() -> None:
+    long_tier = "a-very-long-tier-name-" + "x" * 40
+    f = finding("second-order-crd", Severity.ERROR, "m", long_tier, "NodeFeatureRule/kube-system/intel-gpu-rule")
+    assert finding_summary(f) == "intel-gpu-rule's CRD is created at run time by a CR that its tier cannot wait for: the tier never converges"
+
+
+def test_summary_without_a_template_cuts_at_a_word_boundary() -> None:
+    f = finding("render-failed", Severity.WARNING, "kustomize build failed for apps/web because " + "the overlay patches a missing resource " * 6)
+    text = finding_summary(f)
+    assert len(text) <= 120 and text.endswith("…")
+    assert text[:-1] in f.message and f.message[len(text) - 1] == " "  # the cut falls between words
+    # a lead-in too short to stand on its own goes on past its colon
+    lead = finding("prune-transient", Severity.INFO, "HIGH IMPACT: StorageProfile/x: CDI re-creates a pruned StorageProfile")
+    assert finding_summary(lead).startswith("HIGH IMPACT: StorageProfile/x")
