@@ -584,7 +584,7 @@ def _finding_row(review: ClusterReview, multi: bool, f: Finding, mark: str, link
         f"`{f.check}`",
         _tier_cell(review, f.kustomization),
         md.text(short_object(f.object)) if f.object else "",
-        _where_cell(f, link_base),
+        _where_cell(f, None if mark == FIXED_MARK else link_base),  # a fixed finding's place is the base's
         md.rich(finding_summary(f), table=True),
     ]
     return "| " + " | ".join(cells) + " |"

@@ -130,8 +130,8 @@ def test_seed_pr_says_what_it_fixes(seed_reviews: dict) -> None:
     lines = format_review_markdown([r])[0].splitlines()
     assert lines[1].startswith("### ⚠️ prod: 3 new warnings · fixed: ")
     assert "Cold start: this change resolves a cold-start deadlock" in lines[3]
-    fixed = [line for line in lines if line.startswith("| ✅ fixed | `second-order-crd` | platform-config |")]
-    assert fixed
+    [fixed] = [line for line in lines if line.startswith("| ✅ fixed | `second-order-crd` | platform-config |")]
+    assert "https://" not in fixed  # where it was is on the base: no link into the head's tree
     # the StorageProfiles moved out of platform-config: its node says so
     assert re.search(r'\["platform-config<br/>[^"]*→ 2 moved out', "\n".join(lines))
 
