@@ -126,8 +126,8 @@ def test_seed_pr_golden(seed_reviews: dict, name: str) -> None:
 
 
 def test_seed_pr_says_what_it_fixes(seed_reviews: dict) -> None:
-    r, _, _ = seed_reviews["seed-pr"]
-    lines = format_review_markdown([r])[0].splitlines()
+    r, _, head = seed_reviews["seed-pr"]
+    lines = format_review_markdown([r], link_base=f"https://github.com/acme/home-ops/blob/{head}")[0].splitlines()
     assert lines[1].startswith("### ⚠️ prod: 3 new warnings · fixed: ")
     assert "Cold start: this change resolves a cold-start deadlock" in lines[3]
     [fixed] = [line for line in lines if line.startswith("| ✅ fixed | `second-order-crd` | platform-config |")]
