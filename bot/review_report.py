@@ -96,6 +96,7 @@ SUMMARY_TEMPLATES = {
     "second-order-crd": "{object}'s CRD is created at run time by a CR that {tier} cannot wait for: the tier never converges",
     "second-order-crd/warning": "{object}'s CRD is created at run time by a CR that {tier} does not wait for: its first apply can fail",
     "prune-transient": "{object} moves out of {tier} (prune: true): Flux may delete and recreate it, losing its state",
+    "prune-transient/many": "{count} objects ({object}, …) move out of {tier} (prune: true): Flux may delete and recreate them",
     "tier-order-stale": "the bootstrap tier order misses {tier} or lists it before a dependency: a scripted standup stalls",
     "duplicate-object": "{object} is applied by two Kustomizations ({tier} and another): they overwrite and may prune it",
     "crd-not-ordered": "{object}'s CRD comes from a tier {tier} does not depend on: the first apply can fail",
@@ -113,6 +114,7 @@ SUMMARY_TEMPLATES = {
 SUMMARY_MAX = 120
 _SENTENCE_END = re.compile(r"(?<=[.;])\s|:\s(?=[A-Z])")
 _VARIABLE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_MANY = re.compile(r"\b(\d+) objects move from ")  # bot/diff.py prune_transient_findings
 
 
 def _shorten(text: str, cap: int = SUMMARY_MAX) -> str:
@@ -132,7 +134,9 @@ def short_object(obj: object) -> str:
 
 def finding_summary(f: Finding) -> str:
     """A one-line message of at most SUMMARY_MAX characters that stands on its own: what, where, why."""
-    template = SUMMARY_TEMPLATES.get(f"{f.check}/{f.severity.value}", SUMMARY_TEMPLATES.get(f.check)) if f.severity in (Severity.ERROR, Severity.WARNING) else None
+    many = _MANY.search(f.message) if f.check == "prune-transient" else None
+    key = f"{f.check}/many" if many else f"{f.check}/{f.severity.value}"
+    template = SUMMARY_TEMPLATES.get(key, SUMMARY_TEMPLATES.get(f.check)) if f.severity in (Severity.ERROR, Severity.WARNING) else None
     if template and ("{object}" in template and f.object is None or "{tier}" in template and f.kustomization is None):
         template = None  # a template names what the finding is about: without it, the message's own words
     if template:
@@ -142,7 +146,7 @@ def finding_summary(f: Finding) -> str:
         objects = (short_object(f.object), f.object.name) if f.object else ("an object",)
         tiers = (f.kustomization.name, "its tier") if f.kustomization else ("its tier",)
         for tier, obj in itertools.product(tiers, objects):
-            text = template.format(tier=tier, object=obj, variable=variable.group(0) if variable else "a variable")
+            text = template.format(tier=tier, object=obj, variable=variable.group(0) if variable else "a variable", count=many.group(1) if many else "")
             if len(text) <= SUMMARY_MAX:
                 return text[0].upper() + text[1:] if text.startswith("its ") else text
     message = " ".join(f.message.split())
