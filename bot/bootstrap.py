@@ -17,7 +17,7 @@ from bot.config import RepoConfig, known_clusters
 from bot.errors import InputError, TierOrderError
 from bot.facts import FactsStore, TierFacts
 from bot.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
-from bot.model import Finding, Severity, SourceLocation, TierId
+from bot.model import Finding, Severity, SourceLocation, TierId, plural as _plural
 from bot.render import ClusterRender
 from bot.snapshot import CONFIG_FILE, Snapshot, normalise_repo_path
 from bot.tierorder import read_tier_order
@@ -493,7 +493,7 @@ def _read_helmfile(
             found.add("unread", path, f"helmfile {path} not counted: no script runs it and it is not in a bootstrap directory")
             return
     names = [f"{r.namespace}/{r.name}" for r in helmfile.releases]
-    skipped = f"; {helmfile.templated} release(s) with a templated name not read" if helmfile.templated else ""
+    skipped = f"; {_plural(helmfile.templated, 'release')} with a templated name not read" if helmfile.templated else ""
     unmatched: list[str] = []
     unknown: list[str] = []
     for release in helmfile.releases:
@@ -668,7 +668,7 @@ def _tier_order(snapshot: Snapshot, config: RepoConfig, render: ClusterRender, f
             tiers.append(tid)
     if tiers:
         found.tier_order = tuple(tiers)
-        found.add("tier-order", setting.file, f"{setting.file} applies {len(tiers)} tiers one by one, each Ready before the next: {' → '.join(t.name for t in tiers)}")
+        found.add("tier-order", setting.file, f"{setting.file} applies {_plural(len(tiers), 'tier')} one by one, each Ready before the next: {' → '.join(t.name for t in tiers)}")
 
 
 def _waits_in_order(text: str, variable: str) -> bool:
@@ -700,10 +700,6 @@ def _declared(snapshot: Snapshot, config: RepoConfig, in_git: frozenset[tuple[st
         found.manifests.extend(p for p in declared.manifests if p not in missing)
         note = f" ({_short(missing)} not in the repository: ignored)" if missing else ""
         found.add("declared", CONFIG_FILE, f"{_plural(len(declared.manifests), 'path')} declared applied before Flux: {_short(list(declared.manifests))}{note}")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 # -- manifests a script applies -------------------------------------------------------------------

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from bot import __version__
 from bot.cache import default_cache_dir
 from bot.config import RepoConfig, load_repo_config, read_config_file
 from bot.engine import CheckOptions, check_repository, tune_gc
@@ -26,6 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fluxwarden", description="Precheck a Flux GitOps repository before merge.")
+    parser.add_argument("--version", action="version", version=f"fluxwarden {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = sub.add_parser("check", help="render a cluster and check its tier graph")
     check.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
@@ -90,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     tune_gc()
     try:
+        _check_output(getattr(args, "output", None))
+        if getattr(args, "live", False) or args.command == "drift":
+            _check_kubeconfig(args.kubeconfig)
         if args.command == "serve":
             return _serve(args)
         if args.command == "tier-order":
@@ -188,6 +194,41 @@ def _live(args: argparse.Namespace):
 
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
     return fetch_live_state(access, args.cluster), ObjectReader(access)
+
+
+def _check_output(path: Path | None) -> None:
+    """`--output` that cannot be written fails before the run (one line), not after minutes of rendering."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"--output {path} is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"--output {path}: directory {parent} does not exist")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise UserError(f"--output {path} is not writable")
+
+
+def _check_kubeconfig(kubeconfig: Path | None) -> None:
+    """Reading a cluster needs a kubeconfig: without one, say so in one line before the run.
+
+    kubernetes-asyncio's loader (and bot.kube's operator log) would print their own lines and then a
+    misleading "expected key current-context" about a file that does not exist.
+    """
+    for name in ("kubernetes_asyncio", "bot.kube"):  # the error line says it; no log lines besides it
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise UserError(f"--kubeconfig {kubeconfig} does not exist")
+        return
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        if not any(Path(p).is_file() for p in env.split(os.pathsep) if p):
+            raise UserError("no kubeconfig: no file of $KUBECONFIG exists; pass --kubeconfig FILE")
+    elif not (Path.home() / ".kube" / "config").is_file():
+        raise UserError("no kubeconfig: $KUBECONFIG is not set and ~/.kube/config does not exist; pass --kubeconfig FILE")
 
 
 def _tier_order(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from bot.graph import TierGraph
-from bot.model import Finding, Manifest, ObjectRef, Severity, TierId, TierSpec
+from bot.model import Finding, Manifest, ObjectRef, Severity, TierId, TierSpec, plural
 from bot.render import ClusterRender, RenderedTier
 
 CHECK_PRUNE_TRANSIENT = "prune-transient"
@@ -425,7 +425,7 @@ def _prune_finding(
         why = escalation(manifest)
         if why:
             escalated.setdefault(why, []).append(str(manifest.ref))
-    count = f"{len(names)} object{'s' if len(names) != 1 else ''}"
+    count = plural(len(names), "object")
     parts = []
     if escalated:
         # One sentence per reason, not per object: ten StorageProfiles share one explanation.

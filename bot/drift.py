@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from bot import markdown as md
 from bot.live import KS_LABEL_NAME, KS_LABEL_NAMESPACE, LiveBody, LiveKustomization, LiveState, inventory_id
-from bot.model import GroupKind, Manifest, ObjectRef, TierId
+from bot.model import GroupKind, Manifest, ObjectRef, TierId, plural
 from bot.providers import Provider, ProviderIndex, ProviderKind
 from bot.render import ClusterRender, RenderedTier
 
@@ -313,14 +313,14 @@ class _Builder:
         for cls, found in sorted(groups.items()):
             names = [n for n, _ in found]
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            self.notes.append(f"{len(names)} object(s) could not be read ({cls}; e.g. {_one_line(found[0][1], 200)}): {shown}")
+            self.notes.append(f"{plural(len(names), 'object')} could not be read ({cls}; e.g. {_one_line(found[0][1], 200)}): {shown}")
 
     # -- tiers ----------------------------------------------------------------------------------
 
     def tier_missing(self, tier: RenderedTier) -> None:
         spec = tier.spec
         where = f"`Kustomization {spec.id.name}` in {spec.defined_in}" if spec.defined_in else "the cluster's entry point"
-        count = f"; none of its {len(tier.manifests)} object(s) are applied through it" if tier.manifests else ""
+        count = f"; none of its {plural(len(tier.manifests), 'object')} {'is' if len(tier.manifests) == 1 else 'are'} applied through it" if tier.manifests else ""
         self.add(
             DriftKind.TIER_MISSING, str(spec.id),
             f"git defines it ({where}), but the cluster has no such Kustomization{count}. "
@@ -384,7 +384,7 @@ class _Builder:
         if not refs:
             return
         shown = ", ".join(str(r) for r in refs[:8]) + (f" and {len(refs) - 8} more" if len(refs) > 8 else "")
-        line = f"{len(refs)} object(s) git puts here are not applied yet: {shown}"
+        line = f"{plural(len(refs), 'object')} git puts here {'is' if len(refs) == 1 else 'are'} not applied yet: {shown}"
         self.items = [replace(i, details=(*i.details, line)) if i.kind is DriftKind.TIER_STUCK and i.tier == tid else i for i in self.items]
 
     # -- inventory ------------------------------------------------------------------------------
@@ -799,7 +799,7 @@ def format_text(report: DriftReport, first_seen: Mapping[str, datetime] | None =
     if report.notes:
         lines.append("not checked:")
         lines += [f"  - {n}" for n in report.notes]
-    lines.append(f"{len(report.items)} drift item(s)" if report.items else "no drift: the cluster matches git")
+    lines.append(plural(len(report.items), "drift item") if report.items else "no drift: the cluster matches git")
     return "\n".join(lines) + "\n"
 
 
@@ -828,7 +828,7 @@ def format_markdown(report: DriftReport, first_seen: Mapping[str, datetime] | No
     else:
         against = md.code(report.branch or "the default branch") + (f" at {md.code(report.revision[:12])}" if report.revision else "") if (report.branch or report.revision) else "git"
         through = f" through {md.text(report.where)}" if report.where else ""
-        out += [f"**{len(report.items)} item(s)** where cluster {md.code(report.cluster)} differs from {against} — checked {format_time(report.checked_at)}{through}.", ""]
+        out += [f"**{plural(len(report.items), 'item')}** where cluster {md.code(report.cluster)} differs from {against} — checked {format_time(report.checked_at)}{through}.", ""]
         budget = MAX_BODY - len(hidden) - 2000
         size = sum(len(o) + 1 for o in out)
         section = None
@@ -842,7 +842,7 @@ def format_markdown(report: DriftReport, first_seen: Mapping[str, datetime] | No
             block += [f"  - {md.rich(d)}" for d in item.details]
             grow = sum(len(b) + 1 for b in block)
             if size + grow > budget:
-                out += ["", f"… and {len(report.items) - shown} more item(s): run {md.code(f'fluxwarden drift --cluster {report.cluster}')} for all of them."]
+                out += ["", f"… and {plural(len(report.items) - shown, 'more item')}: run {md.code(f'fluxwarden drift --cluster {report.cluster}')} for all of them."]
                 break
             out += block
             size += grow

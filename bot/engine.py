@@ -20,7 +20,7 @@ from bot.graph import TierGraph
 from bot.knowledge import default_knowledge
 from bot.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
-from bot.model import Finding, Severity, SourceLocation, TierId
+from bot.model import Finding, Severity, SourceLocation, TierId, plural
 from bot.providers import ProviderIndex
 from bot.render import ClusterRender, RenderedTier, Renderer
 from bot.report import CheckReport, TierSummary
@@ -233,7 +233,7 @@ def nothing_rendered(render: ClusterRender) -> list[Finding]:
     unchecked = judged if entry is None or render.tiers[entry].rendered and children else [entry, *children]
     reasons = [f"{tid} ({_why_not_rendered(render.tiers[tid])})" for tid in unchecked]
     listed = ", ".join(reasons[:NOT_CHECKED_LISTED]) + (f" and {len(reasons) - NOT_CHECKED_LISTED} more" if len(reasons) > NOT_CHECKED_LISTED else "")
-    what = f"none of the {len(children)} Kustomization(s) its entry applies rendered an object" if children else "its entry rendered no object"
+    what = f"none of the {plural(len(children), 'Kustomization')} its entry applies rendered an object" if children else "its entry rendered no object"
     message = f"nothing of cluster {render.cluster} (entry ./{render.entry}) was checked: {what}; not checked: {listed or 'no tier'}"
     return [Finding("nothing-rendered", Severity.ERROR, message, location=SourceLocation(render.entry or "."))]
 

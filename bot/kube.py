@@ -140,13 +140,18 @@ class KubeClient:
             raise
         except (ConfigException, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("cannot load kubeconfig %s: %s", self.access.kubeconfig or "(default)", _scrub(str(exc)) or type(exc).__name__)
-            raise KubeConfigError(f"cannot load the {self.access.describe()}: {_scrub(_hide_paths(str(exc))) or type(exc).__name__}") from None
+            raise KubeConfigError(f"cannot load {self._what()}: {_scrub(_hide_paths(str(exc))) or type(exc).__name__}") from None
         except Exception as exc:  # yaml errors and the like: still a configuration problem, never a traceback
-            raise KubeConfigError(f"cannot load the {self.access.describe()}: {type(exc).__name__}") from None
+            raise KubeConfigError(f"cannot load {self._what()}: {type(exc).__name__}") from None
         self._host = _host(config.host or "")
         log.debug("%s: API server %s", self.access.describe(), self._host)  # for the operator's log only
         self._client = ApiClient(configuration=config)
         return self
+
+    def _what(self) -> str:
+        """The access as the object of "cannot load …" (describe() may already start with "the")."""
+        what = self.access.describe()
+        return what if what.startswith("the ") else f"the {what}"
 
     async def __aexit__(self, *exc: object) -> None:
         if self._client is not None:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bot.facts import TierFacts
 from bot.knowledge import KnowledgeBase
-from bot.model import Finding, GroupKind, ObjectRef, Severity, SourceRef, TierId, TierSpec
+from bot.model import Finding, GroupKind, ObjectRef, Severity, SourceRef, TierId, TierSpec, plural
 from bot.providers import Provider, ProviderIndex, ProviderKind
 from bot.render import ClusterRender
 
@@ -400,11 +400,11 @@ def evaluate_preconditions(
         ))
     names = _names(touched) or "none"
     outcome = f"{len(findings)} not met" if findings else "all met"
-    moved = f" and {len(moves)} moved object(s)" if moves else ""
+    moved = f" and {plural(len(moves), 'moved object')}" if moves else ""
     findings.append(Finding(
         CHECK_CHECKED,
         Severity.INFO,
-        f"live preconditions read from {state.label} for {len(touched)} tier(s) ({names}){moved}: {outcome}",
+        f"live preconditions read from {state.label} for {plural(len(touched), 'tier')} ({names}){moved}: {outcome}",
     ))
     return findings
 

@@ -213,3 +213,8 @@ class Finding:
             "line": self.location.line if self.location else None,
             "message": self.message,
         }
+
+
+def plural(count: int, word: str) -> str:
+    """`1 object`, `2 objects`."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

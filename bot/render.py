@@ -31,7 +31,7 @@ from bot.flux import (
 )
 from bot.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_build_root
 from bot.kustomize import KustomizeBinary, run_build
-from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
+from bot.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec, plural
 from bot.snapshot import Snapshot, normalise_repo_path
 from bot.yamlio import FastSafeLoader, check_aliases, document_heads, find_duplicate_key, split_documents
 
@@ -853,7 +853,7 @@ class Renderer:
         if tiers >= limits.tiers:
             return f"the cluster has more than {limits.tiers} Kustomizations; {spec.id} and any after it are not rendered (limit: {limits.tiers})"
         if objects > limits.objects:
-            return f"the cluster rendered more than {limits.objects} objects; {spec.id} and any after it are not rendered (limit: {limits.objects})"
+            return f"the cluster rendered more than {plural(limits.objects, 'object')}; {spec.id} and any after it are not rendered (limit: {limits.objects})"
         if self.output_bytes > limits.output_bytes:
             return f"kustomize produced more than {limits.output_bytes >> 20} MiB for this render; {spec.id} and any after it are not rendered"
         return None

@@ -7,7 +7,7 @@ from typing import Any
 
 from bot import markdown as md
 from bot.coldstart import ColdStart
-from bot.model import Finding, Severity, SourceRef, TierId
+from bot.model import Finding, Severity, SourceRef, TierId, plural
 
 SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
 
@@ -128,11 +128,11 @@ def verdict_line(report: CheckReport) -> str:
     icon = SEVERITY_ICON.get(report.verdict, "✅") if report.verdict else "✅"
     parts = []
     if report.errors:
-        parts.append(f"{report.errors} error{'s' if report.errors != 1 else ''}")
+        parts.append(plural(report.errors, "error"))
     if report.warnings:
-        parts.append(f"{report.warnings} warning{'s' if report.warnings != 1 else ''}")
+        parts.append(plural(report.warnings, "warning"))
     summary = ", ".join(parts) if parts else "no errors or warnings"
-    return f"{icon} {report.cluster}: {summary} ({len(report.tiers)} tiers, {report.objects} objects)"
+    return f"{icon} {report.cluster}: {summary} ({plural(len(report.tiers), 'tier')}, {plural(report.objects, 'object')})"
 
 
 def format_text(report: CheckReport) -> str:
@@ -151,7 +151,7 @@ def format_text(report: CheckReport) -> str:
         tier = by_id[tier_id]
         flags = ", ".join(flag for flag, on in (("wait", tier.wait), ("prune", tier.prune)) if on)
         deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
-        content = f"{tier.objects} objects" if tier.rendered else "not rendered"
+        content = plural(tier.objects, "object") if tier.rendered else "not rendered"
         lines.append(f"  {tier_id}  {tier.where()}  {content}{' [' + flags + ']' if flags else ''}{deps}")
     if report.cold_start is not None and report.cold_start.tiers:
         lines += ["", f"cold start: {report.cold_start.timeline()}"]

@@ -34,6 +34,7 @@ from bot import markdown as md
 from bot.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
 from bot.driftcheck import read_drift, render_cluster, utcnow
 from bot.errors import FluxwardenError, InfraError
+from bot.model import plural
 
 if TYPE_CHECKING:
     from handlers.context import BotContext
@@ -228,8 +229,8 @@ def clean_comment(report: DriftReport, memory: IssueMemory) -> str:
 def reopen_comment(report: DriftReport, persisted: bool) -> str:
     if persisted:
         return (f"Reopening: this issue was closed while {md.code(report.cluster)} still drifts "
-                f"({len(report.items)} item(s) at {format_time(report.checked_at)}). It closes itself once the cluster matches git.")
-    return f"Drift returned on {md.code(report.cluster)} ({format_time(report.checked_at)}): {len(report.items)} item(s). Reopening."
+                f"({plural(len(report.items), 'item')} at {format_time(report.checked_at)}). It closes itself once the cluster matches git.")
+    return f"Drift returned on {md.code(report.cluster)} ({format_time(report.checked_at)}): {plural(len(report.items), 'item')}. Reopening."
 
 
 def duplicate_comment(number: int) -> str:

@@ -20,7 +20,7 @@ from bot.engine import CheckOptions
 from bot.errors import FluxwardenError, InfraError, UserError
 from bot.kustomize import STOPPED_MESSAGES
 from bot.metrics import Metrics
-from bot.model import Finding, Severity
+from bot.model import Finding, Severity, plural
 from bot.review import ALWAYS_NEW, ClusterReview, review_repository
 from bot.review_report import format_review_markdown, review_verdict
 from bot.runs import RunQueue, Submitted
@@ -166,14 +166,14 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
         if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)
     )
     if new_errors:
-        status = Status("failure", f"{new_errors} new error(s) in {review.cluster}")
+        status = Status("failure", f"{plural(new_errors, 'new error')} in {review.cluster}")
     elif stopped is not None:
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
         head, _, rest = parts[0].partition("\n")
         rerun = md.code(f"/precheck {review.cluster}")
         parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {md.rich(stopped)}. Re-run with {rerun}.\n\n{rest}", *parts[1:])
     else:
-        status = Status("success", f"{review.cluster}: no new errors" + (f", {review.new_warnings} new warning(s)" if review.new_warnings else ""))
+        status = Status("success", f"{review.cluster}: no new errors" + (f", {plural(review.new_warnings, 'new warning')}" if review.new_warnings else ""))
     conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
 

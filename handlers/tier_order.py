@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from bot import markdown as md
 from bot.errors import FluxwardenError, InfraError, InputError, UserError
+from bot.model import plural
 from bot.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes, read_tree_state
 from handlers.context import BotContext
 
@@ -193,7 +194,7 @@ class _Run:
             index = 0  # the repository was born stale
         if index is None:
             return None, (
-                f"The order was already stale at `{history[0][:12]}`, {len(history) - 1} first-parent commit(s) before "
+                f"The order was already stale at `{history[0][:12]}`, {plural(len(history) - 1, 'first-parent commit')} before "
                 f"`{head[:12]}`; the commit that made it stale is older than that (or could not be told)."
             )
         sha = history[index]

@@ -223,7 +223,7 @@ def test_gotmpl_left_unrendered(tmp_path: Path) -> None:
     assert found.releases == {("cert-manager", "cert-manager"), ("observability", "kube-prometheus-stack")}
     assert found.crd_charts == {"spegel"}  # templated chart, but the release name is a chart the knowledge base knows
     entry = found.entries[0]
-    assert "1 release(s) with a templated name not read" in entry.description
+    assert "1 release with a templated name not read" in entry.description
 
 
 def test_untemplate_keeps_yaml_shape() -> None:

@@ -411,7 +411,7 @@ PROVIDER_CASES = [
         # A Kustomization's own namespace exists before it reconciles, and so does Flux's (the entry's):
         # b's objects are fine, but the entry applies the Kustomization team/b before a makes team.
         repo({"a": ks("a", "./a"), "b": ks("b", "./b", namespace="team", **_SRC)}, {"a": [TEAM_NS, obj("v1", "Namespace", "flux-system")], "b": [cm("x", "team"), cm("y", "flux-system")]}),
-        {("missing-provider", "flux-system")}, ["1 object (Kustomization/team/b) use Namespace team"], id="own-and-flux-namespace",
+        {("missing-provider", "flux-system")}, ["1 object (Kustomization/team/b) uses Namespace team"], id="own-and-flux-namespace",
     ),
     pytest.param(
         # The owner is apps' own child: apps cannot depend on it (it would wait forever); move the objects.
@@ -591,7 +591,7 @@ _SUBSTITUTING = {"b": ks("b", "./b", post_build={"substitute": {"DOMAIN": "examp
 LITERAL_SEVERITY_CASES = [
     pytest.param(
         repo({"a": ks("a", "./a"), **_SUBSTITUTING}, {"a": [cm("a", k="https://auth.${DOMAIN}")], "b": [cm("b", k="${DOMAIN}")]}),
-        {("literal-token", "a", Severity.ERROR)}, "1 other tier (flux-system/b) substitute ${DOMAIN}", id="cluster-variable-without-postbuild",
+        {("literal-token", "a", Severity.ERROR)}, "1 other tier (flux-system/b) substitutes ${DOMAIN}", id="cluster-variable-without-postbuild",
     ),
     pytest.param(
         repo({"a": ks("a", "./a"), **_SUBSTITUTING}, {"a": [cm("a", k="labels: env-${ENV_ID}")], "b": [cm("b", k="${DOMAIN}")]}),

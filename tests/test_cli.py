@@ -68,6 +68,40 @@ def test_output_file(example: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert target.read_text().startswith("### ⚠️ dev: 2 warnings")
 
 
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from bot import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"fluxwarden {__version__}\n"
+
+
+@pytest.mark.parametrize("where", ["missing-dir/report.md", "a-directory", "read-only/report.md"])
+def test_unwritable_output_fails_before_the_run(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    target = tmp_path / where
+    # A repository that does not exist: had the run started, the error would be about it, not the output.
+    code = main(["check", "--repo", str(tmp_path / "no-repo"), "--cluster", "dev", "--output", str(target)])
+    out, err = capsys.readouterr()
+    if where.startswith("read-only") and __import__("os").access(tmp_path / "read-only", __import__("os").W_OK):
+        pytest.skip("running as root: a read-only directory is writable")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"fluxwarden: error: --output {target}")
+
+
+@pytest.mark.parametrize("command", [["drift"], ["check", "--live"]])
+def test_no_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    code = main([*command, "--repo", str(EXAMPLE), "--cluster", "prod", "--no-cache"][: None if command[0] == "check" else -1])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == "fluxwarden: error: no kubeconfig: $KUBECONFIG is not set and ~/.kube/config does not exist; pass --kubeconfig FILE\n"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))
+    assert main([*command, "--repo", str(EXAMPLE), "--cluster", "prod"]) == 2
+    assert capsys.readouterr().err == "fluxwarden: error: no kubeconfig: no file of $KUBECONFIG exists; pass --kubeconfig FILE\n"
+
+
 def test_error_finding_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_tree(tmp_path, flux_repo({"a": ks("a", "./a", depends_on=["b"]), "b": ks("b", "./b", depends_on=["a"])},
                                    {"a/kustomization.yaml": kustomization(), "b/kustomization.yaml": kustomization()}))
@@ -221,7 +255,7 @@ def test_an_entry_whose_kustomizations_all_apply_other_sources_checked_nothing(t
     findings = json.loads(capsys.readouterr().out)["findings"]
     nothing = next(f for f in findings if f["check"] == "nothing-rendered")
     assert nothing["message"] == (
-        "nothing of cluster dev (entry ./clusters/dev) was checked: none of the 2 Kustomization(s) its entry applies rendered an object; "
+        "nothing of cluster dev (entry ./clusters/dev) was checked: none of the 2 Kustomizations its entry applies rendered an object; "
         "not checked: flux-system/apps (applies GitRepository/other-repo, not this repository), "
         "flux-system/infra (applies OCIRepository/flux-system, not this repository)"
     )

@@ -254,7 +254,7 @@ def _crd_gone(fake: FakeKube) -> None:
 
 CASES: list[tuple[str, Callable[[FakeKube], None], list[tuple[str, str | None, str | None]], list[str]]] = [
     ("converged", lambda fake: None, [], []),
-    ("tier-missing", _remove_tier, [("tier-missing", "apps-vms", None)], ["git defines it", "`flux get ks apps-vms -n flux-system`", "none of its 3 object(s)"]),
+    ("tier-missing", _remove_tier, [("tier-missing", "apps-vms", None)], ["git defines it", "`flux get ks apps-vms -n flux-system`", "none of its 3 objects"]),
     ("tier-suspended", _suspend, [("tier-suspended", "apps", None)], ["`flux resume ks apps -n flux-system`"]),
     ("tier-not-ready", _not_ready, [("tier-not-ready", "platform-config", None)], ["not Ready for 2h 0m", "Ready=False (HealthCheckFailed: timeout waiting for: [CDI/cdi status: 'InProgress'])", "since 2026-09-06 18:36 UTC (2h 0m)"]),
     ("tier-stuck", _stuck, [("tier-stuck", "apps", None)], ["stuck waiting on a dependency for 12h 0m", "DependencyNotReady", "since 2026-09-06 08:36 UTC (12h 0m)"]),
@@ -313,7 +313,7 @@ async def test_unreadable_objects_are_notes_not_drift(example: RenderedCluster, 
     report = await drift(fake, example, tmp_path)
     assert report.items == ()
     [note] = report.notes
-    assert note.startswith("1 object(s) could not be read") and "403 Forbidden" in note and "Service/whoami/whoami" in note
+    assert note.startswith("1 object could not be read") and "403 Forbidden" in note and "Service/whoami/whoami" in note
 
 
 async def test_unreachable_cluster_is_a_failed_report(example: RenderedCluster, tmp_path: Path) -> None:
@@ -373,7 +373,7 @@ async def test_seed_prod_names_the_cdi_cr_the_crd_and_the_stuck_tiers(pre_fix_pr
         stuck = items[(DriftKind.TIER_STUCK, tier, None)]
         assert "for 12h 0m" in stuck.message
         assert stuck.details[0] == "it has applied no revision; its source serves main@sha1:222222222222"
-        assert stuck.details[1].startswith(f"{count} object(s) git puts here are not applied yet: ")  # not one item each
+        assert stuck.details[1].startswith(f"{count} objects git puts here are not applied yet: ")  # not one item each
     # The missing CDI CR, by name, in the tier git puts it in.
     cdi = items[(DriftKind.OBJECT_MISSING, "platform-config", "cdi")]
     assert cdi.object.kind == "CDI" and "has not applied it" in cdi.message
@@ -532,4 +532,4 @@ def test_a_long_report_fits_in_an_issue() -> None:
     )
     body = format_markdown(DriftReport("prod", NOW, items=items), hidden="<!-- state -->")
     assert len(body) < 62000 and body.rstrip().endswith("<!-- state -->")
-    assert "more item(s): run `fluxwarden drift --cluster prod` for all of them." in body
+    assert "more items: run `fluxwarden drift --cluster prod` for all of them." in body

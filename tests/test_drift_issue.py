@@ -90,7 +90,7 @@ def test_open_edit_close_reopen() -> None:
 
     reopened = plan_issue(report(FIELDS, at=later + timedelta(hours=5)), [issue])
     assert (reopened.action, reopened.number, reopened.reopen) == ("reopened", 1, True)
-    assert reopened.comments == ("Drift returned on `prod` (2026-09-07 02:36 UTC): 1 item(s). Reopening.",)
+    assert reopened.comments == ("Drift returned on `prod` (2026-09-07 02:36 UTC): 1 item. Reopening.",)
     assert "(first seen now)" in reopened.body  # a new episode: first seen afresh
 
 

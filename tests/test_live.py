@@ -358,7 +358,7 @@ def test_seed_pr_live_through_the_cli(seed_pr: tuple[Path, str, str], tmp_path: 
         assert "`flux get ks platform-config -n flux-system` shows NAME=platform-config" in message
         assert next(f["file"] for f in report["findings"] if f["check"] == "precondition-failed") == "clusters/base/platform-config.yaml"
     [checked] = [f["message"] for f in report["findings"] if f["check"] == CHECK_CHECKED]
-    assert "(context prod-admin)" in checked and "(flux-system, platform-config, platform-config-cdi) and 2 moved object(s)" in checked
+    assert "(context prod-admin)" in checked and "(flux-system, platform-config, platform-config-cdi) and 2 moved objects" in checked
     assert {m for m, _, _ in fake.requests} == {"GET"}  # read-only
     assert any("/storageprofiles/longhorn-vm" in p for _, p, _ in fake.requests)
 

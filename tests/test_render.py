@@ -913,7 +913,7 @@ def test_a_kustomization_that_recreates_itself_under_a_growing_name_stops(tmp_pa
     [
         (RenderLimits(tiers=3), ["c", "d"], "more than 3 Kustomizations"),
         (RenderLimits(depth=2), ["c", "d"], "nested 3 Kustomizations deep"),
-        (RenderLimits(objects=1), ["b", "c", "d"], "more than 1 objects"),
+        (RenderLimits(objects=1), ["b", "c", "d"], "more than 1 object;"),
         (RenderLimits(), [], ""),
     ],
 )

@@ -11,7 +11,7 @@ from bot.coldstart import ColdStart, Simulation
 from bot.config import RepoConfig
 from bot.facts import ObjectStub, TierFacts
 from bot.graph import TierGraph
-from bot.model import Finding, Manifest, Severity, SourceLocation, TierId
+from bot.model import Finding, Manifest, Severity, SourceLocation, TierId, plural  # noqa: F401  (plural: for the checks)
 from bot.providers import ProviderIndex
 from bot.render import ClusterRender
 
@@ -140,11 +140,6 @@ def run_checks(ctx: CheckContext) -> list[Finding]:
 def load_checks() -> None:
     """Import the check modules so they register themselves."""
     from bot.checks import crds, graph, names, ownership, references, substitution  # noqa: F401
-
-
-def plural(count: int, word: str) -> str:
-    """`1 object`, `2 objects`."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def name_list(names: Iterable[str], limit: int = 4) -> str:

@@ -84,6 +84,7 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[Obj
         return
     first = objects[0]
     what = f"{plural(len(objects), gk.kind + ' object')} ({name_list(m.ref.name for m in objects)})"
+    need, rely = ("needs", "relies") if len(objects) == 1 else ("need", "rely")
 
     def finding(check_id: str, severity: Severity, message: str) -> Finding:
         return Finding(check_id, severity, message, kustomization=tier, object=first.ref, location=ctx.locate(first))
@@ -99,14 +100,14 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[Obj
         yield finding(
             "crd-not-ordered",
             Severity.ERROR,
-            f"{what} need the CRD for {gk}, which {owners} applies; {tier} does not depend on it, so on a cold "
+            f"{what} {need} the CRD for {gk}, which {owners} applies; {tier} does not depend on it, so on a cold "
             f"cluster its dry-run can fail with \"no matches for kind {gk.kind}\". "
             + ctx.add_dependency(tier, (p.tier for p in static if p.tier)),
         )
         return
     runtime = [p for p in providers if p.at_runtime and p.tier is not None]
     if runtime:
-        yield from _judge_runtime(ctx, tier, gk, what, runtime, finding)
+        yield from _judge_runtime(ctx, tier, gk, what, need, rely, runtime, finding)
         return
     orphan_rules = [p for p in providers if p.kind == ProviderKind.RUNTIME and p.trigger_kind]
     if orphan_rules:
@@ -126,7 +127,7 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[Obj
     )
 
 
-def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Iterator[Finding]:
+def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], finding) -> Iterator[Finding]:
     # Prefer a provider that is ordered correctly; judge waiting on that one.
     ordered = [p for p in runtime if p.tier != tier and ctx.before(tier, p.tier)]
     if ordered:
@@ -139,7 +140,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
             yield finding(
                 "dependency-not-waited",
                 Severity.WARNING,
-                f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.via.kind} "
+                f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.via.kind} "
                 f"{p.via.name} {NO_READY_CONDITION}, so {p.tier}'s health check may pass before the CRD "
                 f"exists and {tier} may fail once (retry after {duration(spec.retry_seconds) if spec else 'its retryInterval'}). "
                 f"Add a healthCheckExprs entry for {p.via.kind} to {p.tier} (e.g. current: \"status.phase == 'Deployed'\")",
@@ -155,7 +156,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
             yield finding(
                 "dependency-not-waited",
                 Severity.WARNING,
-                f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} "
+                f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} "
                 f"applies {tier} itself, so {tier} reconciles as soon as it is written, before the CRD exists (its "
                 f"dry-run fails and retries until then; wait: true on {p.tier} does not hold it back). Move "
                 f"{p.via.kind} {p.via.name} into a Kustomization of its own with wait: true and add it to {tier}'s dependsOn",
@@ -165,7 +166,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
         yield finding(
             "dependency-not-waited",
             Severity.WARNING,
-            f"{what} rely on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} has "
+            f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} has "
             f"neither wait: true nor a healthChecks entry for {p.via.kind} {p.via.name}, so it reports Ready "
             f"before the CRD exists and {tier} can fail its dry-run",
         )
@@ -176,7 +177,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
         yield finding(
             "second-order-crd",
             Severity.ERROR,
-            f"{what} need the {gk} CRD, which is created at run time by {p.description} — in this same tier. "
+            f"{what} {need} the {gk} CRD, which is created at run time by {p.description} — in this same tier. "
             f"Flux dry-runs the whole tier first, the unknown kind aborts it, {p.via.kind} {p.via.name} is never "
             f"applied, the CRD is never created: {tier} can never converge. Keep {p.via.kind} {p.via.name} in a "
             f"Kustomization with wait: true and move these objects into another one that dependsOn it (not one that "
@@ -190,7 +191,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
         yield finding(
             "crd-not-ordered",
             Severity.ERROR,
-            f"{what} need the CRD for {gk}, which {p.description} in {owners} installs; {tier} does not depend "
+            f"{what} {need} the CRD for {gk}, which {p.description} in {owners} installs; {tier} does not depend "
             f"on it, so on a cold cluster its dry-run can fail with \"no matches for kind {gk.kind}\". "
             + ctx.add_dependency(tier, (q.tier for q in runtime), " (with wait: true there)"),
         )
@@ -198,7 +199,7 @@ def _judge_runtime(ctx, tier, gk, what, runtime: list[Provider], finding) -> Ite
     yield finding(
         "second-order-crd",
         Severity.ERROR,
-        f"{what} need the {gk} CRD, created at run time by {p.description} in {owners}; {tier} does not depend "
+        f"{what} {need} the {gk} CRD, created at run time by {p.description} in {owners}; {tier} does not depend "
         f"on it, so its dry-run fails until that has happened. " + ctx.add_dependency(tier, (q.tier for q in runtime), " (with wait: true there)"),
     )
 

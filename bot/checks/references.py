@@ -37,8 +37,8 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding(
                 "missing-provider",
                 severity,
-                f"{plural(len(objects), 'object')} ({name_list(str(m.ref) for m in objects)}) use {kind} {name} "
-                f"({how}), which {owner_names} defines; {tier_id} does not depend on it, so on a cold cluster they can "
+                f"{plural(len(objects), 'object')} ({name_list(str(m.ref) for m in objects)}) {'uses' if len(objects) == 1 else 'use'} {kind} {name} "
+                f"({how}), which {owner_names} defines; {tier_id} does not depend on it, so on a cold cluster {'it' if len(objects) == 1 else 'they'} can "
                 f"be applied before it exists. " + ctx.add_dependency(tier_id, owners) + cold,
                 kustomization=tier_id,
                 object=first.ref,

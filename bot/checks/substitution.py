@@ -154,8 +154,8 @@ def _literal_verdict(tier: RenderedTier, tokens: list[tuple[str, str]], known: M
         users = sorted({t for name in elsewhere for t in known[name]})
         return Severity.ERROR, (
             f"(it has no spec.postBuild), so it ships literally, while {plural(len(users), 'other tier')} "
-            f"({name_list((str(t) for t in users), 3)}) substitute {name_list('${' + n + '}' for n in elsewhere)}: "
-            f"add the postBuild they use (or label the object kustomize.toolkit.fluxcd.io/substitute: disabled if the "
+            f"({name_list((str(t) for t in users), 3)}) {'substitutes' if len(users) == 1 else 'substitute'} {name_list('${' + n + '}' for n in elsewhere)}: "
+            f"add the postBuild {'it uses' if len(users) == 1 else 'they use'} (or label the object kustomize.toolkit.fluxcd.io/substitute: disabled if the "
             f"literal is meant)"
         )
     return Severity.INFO, (
