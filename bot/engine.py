@@ -293,3 +293,15 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
 
 
 __all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_snapshot", "render_repository"]
+
+
+def commit_clusters(repo_dir: Path, rev: str) -> tuple[str, ...]:
+    """The cluster names of commit `rev` as `check` finds them: its `.fluxwarden.yaml`, else the discovery
+    (bot/config.py known_clusters). The bot reads them from the base branch: a PR never decides its clusters."""
+    from bot import gitrepo  # GitPython: only for committed trees
+    from bot.config import load_repo_config
+
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-clusters-") as tmp:
+        with gitrepo.commit_snapshot(repo_dir, rev, Path(tmp) / "tree") as (_, snapshot):
+            config = load_repo_config(snapshot.read_config())
+            return tuple(sorted(known_clusters(config, snapshot)))

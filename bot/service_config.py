@@ -117,6 +117,8 @@ class RepoPolicy:
     clusters: tuple[ClusterPolicy, ...] = ()
     clone_url: str | None = None  # overrides the payload's repository.clone_url
     allow_forks: bool = False
+    # No `clusters`: the base branch's clusters (as `check` finds them) with this permission, no live checks.
+    permission: str = "write"
 
     def cluster(self, name: str) -> ClusterPolicy | None:
         return next((c for c in self.clusters if c.name == name), None)
@@ -350,6 +352,8 @@ def _repo(raw: Any) -> RepoPolicy:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or "/" not in raw["name"]:
         raise ConfigError("each entry of `repos` needs `name: owner/repo`")
     default_permission = raw.get("permission", "write")
+    if default_permission not in PERMISSION_ORDER:
+        raise ConfigError(f"repo {raw['name']}: permission must be one of {', '.join(PERMISSION_ORDER)}")
     clusters = []
     for name, spec in (raw.get("clusters") or {}).items():
         spec = spec or {}
@@ -374,4 +378,5 @@ def _repo(raw: Any) -> RepoPolicy:
         clusters=tuple(clusters),
         clone_url=raw.get("clone_url"),
         allow_forks=bool(raw.get("allow_forks", False)),
+        permission=default_permission,
     )

@@ -6,10 +6,14 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.commands import CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits
-from bot.errors import InfraError
+from bot.commands import (
+    PERMISSION_ORDER, Command, CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits,
+)
+from bot.errors import FluxwardenError, InfraError
 from bot.markdown import MAX_COMMENT
 from bot.webhook import CommentEvent
+from bot.service_config import RepoPolicy
+from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.fix_tier_order import on_fix_tier_order
 from handlers.help import help_reply
@@ -46,8 +50,32 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
     replies: list[str] = []
     scheduled: list[str] = []
     accepted = False
+    # Who may use a command is said first: nothing about a command (an unknown cluster, a syntax error)
+    # is told to a commenter who may not use it.
+    try:
+        have = await asyncio.to_thread(bot.github.permission, event.repo.full_name, event.author)
+    except InfraError as exc:
+        log.warning("cannot authorise %s on %s#%s: %s", event.author, event.repo.full_name, event.number, exc)
+        have = None
+    if event.is_pull_request and not policy.clusters and have is not None and any(_is_precheck(c) for c in commands):
+        # Allowlisted without cluster settings: the clusters of the PR's base branch, as `check` finds them.
+        try:
+            pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
+            if permits(have, _needs(PrecheckCommand(()), policy)):
+                policy = await with_clusters(bot, policy, policy.clone_url or event.repo.clone_url, pull.base_ref)
+                commands = parse_commands(event.body, policy.cluster_names)
+        except FluxwardenError as exc:
+            log.warning("cannot find the clusters of %s: %s", event.repo.full_name, exc)
+            return await _reply(event, bot, [f"cannot read this repository's clusters from the base branch: {exc}"], accepted=False)
     for command in commands:
-        if isinstance(command, CommandError):
+        needs = _needs(command, policy)
+        if have is None and needs is not None:
+            replies.append("GitHub did not answer while checking your permission; please try again.")
+            break
+        if needs is not None and not permits(have or "none", needs):
+            what = "/precheck" if _is_precheck(command) else "/fluxwarden"
+            replies.append(f"you have {have} permission on this repository; `{what}` needs {needs}.")
+        elif isinstance(command, CommandError):
             replies.append(f"{code_span(command.line.strip())}: {command}" if command.line.strip() else str(command))
         elif isinstance(command, HelpCommand):
             replies.append(help_reply(policy))
@@ -62,18 +90,40 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
         elif isinstance(command, PrecheckCommand) and not event.is_pull_request:
             replies.append("`/precheck` works on pull requests only.")
         elif isinstance(command, PrecheckCommand):
-            reply, clusters = await _precheck(event, command, bot)
+            reply, clusters = await _precheck(event, command, bot, policy, have or "none")
             if reply:
                 replies.append(reply)
             scheduled.extend(clusters)
             accepted = accepted or bool(clusters)
+    await _reply(event, bot, replies, accepted)
+    return CommentOutcome(tuple(replies), tuple(scheduled))
+
+
+def _is_precheck(command: Command | CommandError) -> bool:
+    if isinstance(command, CommandError):
+        return command.line.lstrip().startswith("/precheck")
+    return isinstance(command, PrecheckCommand)
+
+
+def _needs(command: Command | CommandError, policy: RepoPolicy) -> str | None:
+    """The permission a commenter needs before anything is said about `command` (None: its handler decides)."""
+    if isinstance(command, FixTierOrderCommand):
+        return None  # handlers/fix_tier_order.py checks it (also on issues)
+    if _is_precheck(command):
+        # The least any cluster asks (each cluster's own is checked when the run is scheduled).
+        ranks = [c.permission for c in policy.clusters] or [policy.permission]
+        return min(ranks, key=PERMISSION_ORDER.index)
+    return "read"  # /fluxwarden help, a /fluxwarden line that is not a command, or too many commands
+
+
+async def _reply(event: CommentEvent, bot: BotContext, replies: list[str], accepted: bool) -> CommentOutcome:
     if accepted:
         await _quietly(bot, "reaction", lambda: bot.github.add_reaction(event.repo.full_name, event.comment_id, "eyes"))
     if replies:
         body = reply_body(REPLY_MARKER.format(comment_id=event.comment_id), event.author, replies)
         await _quietly(bot, "reply", lambda: bot.github.upsert_comments(
             event.repo.full_name, event.number, REPLY_MARKER.format(comment_id=event.comment_id), [body]))
-    return CommentOutcome(tuple(replies), tuple(scheduled))
+    return CommentOutcome(tuple(replies))
 
 
 def reply_body(marker: str, author: str, replies: list[str]) -> str:
@@ -92,14 +142,11 @@ def reply_body(marker: str, author: str, replies: list[str]) -> str:
     return head + "\n\n".join(kept) + "\n"
 
 
-async def _precheck(event: CommentEvent, command: PrecheckCommand, bot: BotContext) -> tuple[str | None, list[str]]:
-    policy = bot.config.repo(event.repo.full_name)
-    assert policy is not None
+async def _precheck(event: CommentEvent, command: PrecheckCommand, bot: BotContext, policy: RepoPolicy, have: str) -> tuple[str | None, list[str]]:
     wanted = list(command.clusters or policy.cluster_names)
     if not wanted:
-        return "no clusters are configured for this repository.", []
+        return "no clusters are configured for this repository, and none was found on its base branch.", []
     try:
-        have = await asyncio.to_thread(bot.github.permission, event.repo.full_name, event.author)
         pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
     except InfraError as exc:
         log.warning("cannot authorise %s on %s#%s: %s", event.author, event.repo.full_name, event.number, exc)

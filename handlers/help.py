@@ -9,4 +9,4 @@ from bot.service_config import RepoPolicy
 def help_reply(policy: RepoPolicy) -> str:
     """The help text for one repository's clusters and permissions."""
     permissions = {c.name: c.permission for c in policy.clusters}
-    return help_text(permissions)
+    return help_text(permissions, policy.permission)

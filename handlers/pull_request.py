@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from bot.service_config import RepoPolicy
 from bot.webhook import PullRequestEvent
+from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.precheck import PrecheckPlan
 
 TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_review"})
 
 
-def plan_for_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckPlan | str:
-    """The precheck an event asks for, or why there is none."""
+NO_CLUSTERS = "no automatic clusters"
+
+
+def plan_for_pull_request(event: PullRequestEvent, bot: BotContext, policy: RepoPolicy | None = None) -> PrecheckPlan | str:
+    """The precheck an event asks for, or why there is none (`policy`: the repository's, with its clusters found)."""
     if event.action not in TRIGGERING_ACTIONS:
         return f"action {event.action} does not trigger a run"
-    policy = bot.config.repo(event.repo.full_name)
+    policy = policy or bot.config.repo(event.repo.full_name)
     if policy is None:
         return "repository not allowlisted"
     if event.pull.draft:
@@ -22,7 +27,7 @@ def plan_for_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
         return "PR from a fork (allow_forks: false)"
     clusters = tuple(c.name for c in policy.clusters if c.automatic)
     if not clusters:
-        return "no automatic clusters"
+        return NO_CLUSTERS
     return PrecheckPlan(
         repo=event.repo.full_name,
         number=event.pull.number,
@@ -37,6 +42,11 @@ def plan_for_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
 async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckPlan | str:
     """Schedule the automatic precheck; returns the plan or the reason nothing ran."""
     plan = plan_for_pull_request(event, bot)
+    policy = bot.config.repo(event.repo.full_name)
+    if plan == NO_CLUSTERS and policy is not None and not policy.clusters:
+        # Allowlisted without cluster settings: the base branch's clusters, as `check` finds them.
+        policy = await with_clusters(bot, policy, event.repo.clone_url, event.pull.base_ref)
+        plan = plan_for_pull_request(event, bot, policy)
     if isinstance(plan, PrecheckPlan):
         bot.runner.schedule(plan)
     return plan
