@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     build.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
     build.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
+    demo = sub.add_parser("demo", help="review the bundled example's CDI fix as a PR: the incident, and what the fix changes")
+    demo.add_argument("--example", type=Path, help="the bundled example (default: examples/home-ops, from the Fluxwarden checkout)")
+    demo.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     serve = sub.add_parser("serve", help="run the GitHub webhook service")
     serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
     serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
@@ -104,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _drift(args)
         if args.command == "build":
             return _build(args)
+        if args.command == "demo":
+            return _demo(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -296,6 +301,15 @@ def _build(args: argparse.Namespace) -> int:
         print(f"fluxwarden: {finding.severity.value} {finding.check}{' ' + scope if scope else ''}: {finding.message}{where}".replace("\n", " "), file=sys.stderr)
     _emit(args, text)
     return EXIT_FINDINGS if failed or any(f.check == "nothing-rendered" for f in findings) else EXIT_CLEAN
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Print the review of the example's CDI fix; 0 when the PR adds no error (it does not)."""
+    from bot.demo import run_demo
+
+    text, clean = run_demo(args.example, CheckOptions(kustomize=args.kustomize))
+    sys.stdout.write(text)
+    return EXIT_CLEAN if clean else EXIT_FINDINGS
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -221,6 +221,19 @@ def commit_parents(repo_dir: Path, rev: str) -> list[str]:
     return [p.hexsha for p in repo.commit(_resolve(repo, rev)).parents]
 
 
+def commit_patch(repo_dir: Path, patch: Path, message: str, *, reverse: bool = False, when: str, author: tuple[str, str]) -> str:
+    """Apply `patch` (reversed with `reverse`) to the working tree at `repo_dir`, a new repository when it has
+    none, and commit everything with a fixed author and date (the same tree gives the same SHA): the SHA."""
+    if (repo_dir / ".git").exists():
+        repo = git.Repo(repo_dir)
+    else:
+        repo = git.Repo.init(repo_dir, initial_branch="main")
+    repo.git.apply(*(["-R"] if reverse else []), str(patch.resolve()))
+    repo.git.add(A=True)
+    actor = git.Actor(*author)
+    return repo.index.commit(message, author=actor, committer=actor, author_date=when, commit_date=when).hexsha
+
+
 def commit_summary(repo_dir: Path, rev: str) -> str:
     """The first line of a commit's message."""
     repo = _open(repo_dir)
