@@ -99,17 +99,14 @@ class _Run:
         state = self.state(head)
         if isinstance(state, FluxwardenError):
             raise state
-        where = f"{md.code(t.default_branch)} ({head[:12]})"
         if state.file is None:
-            message = f"`.fluxwarden.yaml` on {where} names no tier order (`tier_order: {{file, variable}}`); nothing to fix."
-            return self.settled("not-configured", message, head, pulls, bot_head)
+            return self.settled("not-configured", not_configured_message(t.default_branch, head), head, pulls, bot_head)
         try:
             fix = state.plan()
         except TierOrderConflict as conflict:
             return self.impossible(conflict, head, pull)
         if not fix.needed:
-            message = f"{md.code(fix.variable)} in {md.code(fix.file)} is already in dependency order for {_names(fix.clusters)} on {where}; nothing to do."
-            return self.settled("correct", message, head, pulls, bot_head)
+            return self.settled("correct", in_order_message(fix, t.default_branch, head), head, pulls, bot_head)
         return self.propose(fix, head, bot_head, pulls)
 
     def propose(self, fix: TierFix, head: str, bot_head: str | None, pulls: list[Any]) -> TierOrderOutcome:
@@ -127,7 +124,7 @@ class _Run:
         title = fix.pr_title()
         body = fix.pr_body(repo=t.repo, base=f"{t.default_branch} at {head[:12]}", stale=stale, stale_unknown=unknown)
         for extra in pulls[1:]:  # a duplicate (a race on another replica): keep the oldest
-            self.github.close_pull(t.repo, extra.number, f"Closing: #{pull.number} is this repository's tier order PR.")
+            self.github.close_pull(t.repo, extra.number, duplicate_pull_comment(pull.number))
         if pull is None:
             created = self.github.create_pull(t.repo, head=BRANCH, base=t.default_branch, title=title, body=body)
             log.info("%s: opened #%s (%s) for %s", t.repo, created.number, fix.headline(), t.trigger)
@@ -145,11 +142,7 @@ class _Run:
         """Nothing to fix: close the bot's PR (with why) and delete its branch."""
         t = self.target
         for pull in pulls:
-            why = (
-                f"Closing: the tier order no longer needs this PR. {message}\n\n"
-                f"(Checked {md.code(t.default_branch)} at {head} after {md.text(t.trigger)}.)"
-            )
-            self.github.close_pull(t.repo, pull.number, why)
+            self.github.close_pull(t.repo, pull.number, settled_comment(message, t.default_branch, head, t.trigger))
             log.info("%s: closed #%s, %s", t.repo, pull.number, action)
         if bot_head is not None:
             self.git.delete_branch(t.clone_url, BRANCH, self.github.installation_token())
@@ -163,8 +156,7 @@ class _Run:
         t = self.target
         explanation = conflict.markdown()
         if pull is not None:
-            body = f"<!-- {CONFLICT_MARKER} -->\n### ⚠️ This PR cannot be updated\n\n{explanation}\n\n(Seen on {md.code(t.default_branch)} at {head[:12]}.)\n"
-            self.github.upsert_comments(t.repo, pull.number, CONFLICT_MARKER, [body])
+            self.github.upsert_comments(t.repo, pull.number, CONFLICT_MARKER, [conflict_note(conflict, t.default_branch, head)])
         elif t.pushed is not None:
             self.github.set_status(t.repo, t.pushed, STATUS_CONTEXT, "failure", str(conflict))
         log.info("%s: no tier order fits every cluster: %s", t.repo, conflict)
@@ -238,6 +230,35 @@ class _Run:
             while len(_STATES) > _STATE_CACHE_SIZE:
                 _STATES.popitem(last=False)
         return result
+
+
+# --------------------------------------------------------------------------------------------- what it says
+
+
+def not_configured_message(branch: str, head: str) -> str:
+    """The reply (and closing reason) when the default branch's `.fluxwarden.yaml` names no tier order."""
+    return f"`.fluxwarden.yaml` on {md.code(branch)} ({head[:12]}) names no tier order (`tier_order: {{file, variable}}`); nothing to fix."
+
+
+def in_order_message(fix: TierFix, branch: str, head: str) -> str:
+    """The reply (and closing reason) when the list is already right."""
+    return (f"{md.code(fix.variable)} in {md.code(fix.file)} is already in dependency order for {_names(fix.clusters)} "
+            f"on {md.code(branch)} ({head[:12]}); nothing to do.")
+
+
+def settled_comment(message: str, branch: str, head: str, trigger: str) -> str:
+    """The comment that closes the bot's PR when the order no longer needs it."""
+    return f"Closing: the tier order no longer needs this PR. {message}\n\n(Checked {md.code(branch)} at {head} after {md.text(trigger)}.)"
+
+
+def duplicate_pull_comment(number: int) -> str:
+    """The comment that closes a second tier order PR (a race between replicas)."""
+    return f"Closing: #{number} is this repository's tier order PR."
+
+
+def conflict_note(conflict: TierOrderConflict, branch: str, head: str) -> str:
+    """The note on the bot's PR when no single order fits every cluster."""
+    return f"<!-- {CONFLICT_MARKER} -->\n### ⚠️ This PR cannot be updated\n\n{conflict.markdown()}\n\n(Seen on {md.code(branch)} at {head[:12]}.)\n"
 
 
 def _normal(text: str | None) -> str:

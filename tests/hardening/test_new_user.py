@@ -18,6 +18,7 @@ from bot.service import build_service
 from bot.service_config import load_service_config
 from tests.fakes.github import FakeGitHub
 from tests.fluxrepo import dump, ks, kustomization
+from tests.golden import assert_golden
 from tests.hardening.harness import BOT, BOT_TOKEN, REPO, SECRET, Harness, Origin, comment_payload, open_pull, pr_payload
 
 
@@ -75,6 +76,14 @@ async def test_precheck_finds_the_clusters_of_the_base_branch(tmp_path: Path, or
         [reply] = [r for r in _replies(fake, 1) if f"fluxwarden:reply:{made.id}" in r]
         assert "unknown cluster `canary`; known: `prod`, `staging`" in reply
 
+        # Every kind of line a comment may hold, in one reply (golden: tests/golden/comments/reply-*.md).
+        body = "/precheck canary prod\n/precheck bad/name\n/fluxwarden nope\n/fluxwarden help now\n/fluxwarden\n/fluxwarden help"
+        made = fake.add_comment(REPO, 1, body, user="alice")
+        await h.deliver("issue_comment", _local(comment_payload(1, made.id, body, user="alice"), origin))
+        await h.settle(timeout=60)
+        [reply] = [r for r in _replies(fake, 1) if f"fluxwarden:reply:{made.id}" in r]
+        assert_golden("comments/reply-errors-and-help.md", reply.replace(str(made.id), "ID"))
+
         # A PR event runs every cluster of the base automatically.
         await h.deliver("pull_request", _local(pr_payload(1, head, origin.main), origin))
         await h.settle(timeout=120)
@@ -91,6 +100,7 @@ async def test_permission_is_said_before_anything_about_the_command(tmp_path: Pa
             await h.settle(timeout=60)
             [reply] = [r for r in _replies(fake, 1) if f"fluxwarden:reply:{made.id}" in r]
             assert reply.endswith("@mallory\n\nyou have read permission on this repository; `/precheck` needs write.\n"), reply
+            assert_golden("comments/reply-permission.md", reply.replace(str(made.id), "ID"))
         assert h.states(origin.main, "fluxwarden/prod") == []
         # `/fluxwarden help` needs read: mallory gets it, with the clusters' default permission.
         made = fake.add_comment(REPO, 1, "/fluxwarden help", user="mallory")
