@@ -14,7 +14,9 @@ import logging
 import time
 from dataclasses import replace
 
-from bot.errors import InfraError
+from bot.errors import FluxwardenError, InfraError
+from bot.service_config import RepoPolicy
+from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT, PrecheckPlan
 
@@ -35,19 +37,29 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
         except InfraError as exc:
             log.warning("cannot list open PRs of %s: %s", policy.name, exc)
             continue
+        found: dict[str, RepoPolicy] = {}  # base branch -> the policy with that branch's clusters
         for pull in pulls:
             if pull.fork and not policy.allow_forks:
                 continue
+            # Not a fork: the head repository is the base repository, so its clone URL is ours.
+            clone_url = policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git")
+            if pull.base_ref not in found:
+                try:
+                    found[pull.base_ref] = await with_clusters(bot, policy, clone_url, pull.base_ref)
+                except FluxwardenError as exc:
+                    log.warning("cannot find the clusters of %s on %s: %s", policy.name, pull.base_ref, exc)
+                    continue
+            repo_policy = found[pull.base_ref]
             pending = []
             if claims is not None:
-                contexts = {STATUS_CONTEXT.format(cluster=c): c for c in policy.cluster_names}
+                contexts = {STATUS_CONTEXT.format(cluster=c): c for c in repo_policy.cluster_names}
                 try:
                     pending = [contexts[c] for c in await claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
                 except InfraError as exc:
                     log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
             if claims is None and stale_after is not None:
-                pending = await _stale_pending(bot, policy, pull, stale_after)
-            for cluster in policy.cluster_names if claims is None and stale_after is None else ():
+                pending = await _stale_pending(bot, repo_policy, pull, stale_after)
+            for cluster in repo_policy.cluster_names if claims is None and stale_after is None else ():
                 try:
                     state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
                 except InfraError as exc:
@@ -62,8 +74,7 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
                 number=pull.number,
                 head_sha=pull.head_sha,
                 base_ref=pull.base_ref,
-                # Not a fork: the head repository is the base repository, so its clone URL is ours.
-                clone_url=policy.clone_url or (pull.head_clone_url if not pull.fork and pull.head_clone_url else f"https://github.com/{policy.name}.git"),
+                clone_url=clone_url,
                 clusters=tuple(pending),
                 trigger=trigger,
             )

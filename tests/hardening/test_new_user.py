@@ -108,3 +108,12 @@ async def test_permission_is_said_before_anything_about_the_command(tmp_path: Pa
         await h.settle(timeout=60)
         [reply] = [r for r in _replies(fake, 1) if f"fluxwarden:reply:{made.id}" in r]
         assert "### Fluxwarden commands" in reply and "write or higher" in reply
+
+
+async def test_a_run_left_pending_on_a_found_cluster_is_rerun_at_start(tmp_path: Path, origin: Origin, fake: FakeGitHub) -> None:
+    head = origin.pull(1, {"apps/app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default}\ndata: {greeting: hi}\n"})
+    open_pull(fake, origin, 1, head)
+    fake.add_status(REPO, head, state="pending", context="fluxwarden/prod", description="precheck of prod running", creator=BOT)  # died mid-run
+    async with serve_from_env(tmp_path, origin, fake) as h:
+        await h.settle(timeout=120)
+        assert h.states(head, "fluxwarden/prod")[-1] == "success"
