@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -28,6 +29,7 @@ from bot.tierfix import BRANCH
 from bot.tierorder import read_tier_order
 from tests.fakes.github import FakeGitHub
 from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
+from tests.golden import assert_golden
 from tests.test_service import BOT_TOKEN, PAYLOADS, REPO, SECRET, sign
 from tests.test_tier_order_cli import KUSTOMIZATION, disagree
 
@@ -203,6 +205,11 @@ def diff_lines(origin: Origin, a: str, b: str) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
+def _masked(text: str, comment_id: int) -> str:
+    """A reply without what changes from run to run (the comment id, commit SHAs)."""
+    return re.sub(r"\b[0-9a-f]{40}\b|\b[0-9a-f]{12}\b", "<sha>", text.replace(str(comment_id), "ID") if comment_id else text)
+
+
 async def test_push_that_makes_the_order_stale_opens_a_pr(harness: Harness) -> None:
     h = harness
     stale = h.origin.cdi_split()
@@ -315,6 +322,7 @@ async def test_pr_is_closed_with_a_comment_when_the_order_is_fixed_another_way(h
     [comment] = h.comments_on(pull.number)
     assert comment.startswith("Closing: the tier order no longer needs this PR.")
     assert "already in dependency order for `dev`, `prod`" in comment and fixed in comment
+    assert_golden("comments/tier-order-closed-by-push.md", _masked(comment, 0) + "\n")
     assert h.origin.branch() is None  # the branch is deleted too
     # And nothing more happens on the next push.
     before = len(h.fake.effects)
@@ -339,6 +347,7 @@ async def test_clusters_that_disagree_get_no_pr_but_an_explanation(harness: Harn
     assert "No single tier order fits every cluster (dev, prod)" in reply
     assert "- `apps` dependsOn `platform-config` (dev)" in reply
     assert "- `platform-config` dependsOn `apps` (prod)" in reply
+    assert_golden("comments/fix-tier-order-conflict.md", _masked(reply, comment_id))
     assert h.fake.find_effects("POST", r"/pulls$") == []
 
 
@@ -360,6 +369,7 @@ async def test_fix_tier_order_command_in_an_issue_opens_the_pr(harness: Harness)
     comment_id = await h.command(pull.number, issue=False)
     [reply] = [b for b in h.comments_on(pull.number) if f"fix-tier-order:{comment_id}" in b]
     assert f"#{pull.number} already has this fix" in reply
+    assert_golden("comments/fix-tier-order-unchanged.md", _masked(reply, comment_id))
     assert len(h.fake.find_effects("POST", r"/pulls$")) == 1
 
 
@@ -370,11 +380,13 @@ async def test_fix_tier_order_command_when_already_right_and_without_permission(
     [reply] = h.comments_on(issue.number)[1:]
     assert f"fix-tier-order:{comment_id}" in reply
     assert "`TIER_ORDER` in `bootstrap/standup.sh` is already in dependency order for `dev`, `prod`" in reply
+    assert_golden("comments/fix-tier-order-in-order.md", _masked(reply, comment_id))
 
     h.origin.cdi_split()
     comment_id = await h.command(issue.number, user="mallory")
     [reply] = [b for b in h.comments_on(issue.number) if f"fluxwarden:reply:{comment_id}" in b]
     assert "you have read permission on this repository; `/fluxwarden fix-tier-order` needs write." in reply
+    assert_golden("comments/fix-tier-order-permission.md", _masked(reply, comment_id))
     assert h.pulls() == [] and h.origin.branch() is None
 
     # Other commands in an issue: /precheck is for PRs; a comment without fix-tier-order is not read at all.
