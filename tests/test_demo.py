@@ -42,3 +42,9 @@ def test_demo_without_the_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert main(["demo", "--example", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"fluxwarden: error: the bundled example is not at {tmp_path} (with {PATCH} beside it)")
+
+
+def test_readme_first_command_is_the_demo() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = readme.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    assert first == "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/fluxwarden demo"
