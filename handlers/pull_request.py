@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
+from bot.errors import FluxwardenError
 from bot.service_config import RepoPolicy
 from bot.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.precheck import PrecheckPlan
 
+log = logging.getLogger(__name__)
 TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_review"})
 
 
@@ -45,7 +49,11 @@ async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
     policy = bot.config.repo(event.repo.full_name)
     if plan == NO_CLUSTERS and policy is not None and not policy.clusters:
         # Allowlisted without cluster settings: the base branch's clusters, as `check` finds them.
-        policy = await with_clusters(bot, policy, event.repo.clone_url, event.pull.base_ref)
+        try:
+            policy = await with_clusters(bot, policy, event.repo.clone_url, event.pull.base_ref)
+        except FluxwardenError as exc:
+            log.warning("cannot find the clusters of %s on %s: %s", event.repo.full_name, event.pull.base_ref, exc)
+            return f"cannot find the clusters of {event.pull.base_ref}: {exc}"
         plan = plan_for_pull_request(event, bot, policy)
     if isinstance(plan, PrecheckPlan):
         bot.runner.schedule(plan)

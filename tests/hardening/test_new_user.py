@@ -117,3 +117,23 @@ async def test_a_run_left_pending_on_a_found_cluster_is_rerun_at_start(tmp_path:
     async with serve_from_env(tmp_path, origin, fake) as h:
         await h.settle(timeout=120)
         assert h.states(head, "fluxwarden/prod")[-1] == "success"
+
+
+async def test_an_unreadable_base_configuration_is_said_not_guessed(tmp_path: Path, origin: Origin, fake: FakeGitHub) -> None:
+    (origin.work / ".fluxwarden.yaml").write_text("no_such_key: 1\n")
+    origin.repo.git.add(A=True)
+    origin.repo.index.commit("a bad configuration")
+    origin.main = origin.repo.head.commit.hexsha
+    origin.repo.git.push(str(origin.bare), "+main:refs/heads/main")
+    head = origin.pull(1, {".fluxwarden.yaml": "clusters:\n  prod: {path: clusters/prod}\n"})  # the PR cannot repair it for itself
+    open_pull(fake, origin, 1, head)
+    async with serve_from_env(tmp_path, origin, fake) as h:
+        await h.deliver("pull_request", _local(pr_payload(1, head, origin.main), origin))
+        await h.settle(timeout=60)
+        assert h.states(head, "fluxwarden/prod") == []
+        made = fake.add_comment(REPO, 1, "/precheck prod", user="bob")
+        await h.deliver("issue_comment", _local(comment_payload(1, made.id, "/precheck prod", user="bob"), origin))
+        await h.settle(timeout=60)
+        [reply] = _replies(fake, 1)
+        assert "cannot read this repository's clusters from the base branch: .fluxwarden.yaml: unknown key(s) no_such_key" in reply, reply
+        assert h.states(head, "fluxwarden/prod") == []
