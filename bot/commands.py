@@ -155,6 +155,11 @@ def permits(have: str, need: str) -> bool:
     return rank >= PERMISSION_ORDER.index(need)
 
 
+def you_have(have: str) -> str:
+    """`you have read permission on this repository` (`no permission` for none or an unknown role)."""
+    return f"you have {have if have in PERMISSION_ORDER[1:] else 'no'} permission on this repository"
+
+
 def _command(word: str, args: list[str], line: str, known_clusters: Collection[str]) -> Command | CommandError:
     if word == "precheck":
         return _precheck(args, line, known_clusters)

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from bot.commands import (
-    PERMISSION_ORDER, Command, CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits,
+    PERMISSION_ORDER, Command, CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits, you_have,
 )
 from bot.errors import FluxwardenError, InfraError
 from bot.markdown import MAX_COMMENT
@@ -74,7 +74,7 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
             break
         if needs is not None and not permits(have or "none", needs):
             what = "/precheck" if _is_precheck(command) else "/fluxwarden"
-            replies.append(f"you have {have} permission on this repository; `{what}` needs {needs}.")
+            replies.append(f"{you_have(have or 'none')}; `{what}` needs {needs}.")
         elif isinstance(command, CommandError):
             replies.append(f"{code_span(command.line.strip())}: {command}" if command.line.strip() else str(command))
         elif isinstance(command, HelpCommand):
@@ -156,7 +156,7 @@ async def _precheck(event: CommentEvent, command: PrecheckCommand, bot: BotConte
     notes = []
     if refused:
         needs = ", ".join(f"`{c}` needs {policy.cluster(c).permission}" for c in refused)  # type: ignore[union-attr]
-        notes.append(f"you have {have} permission on this repository; {needs}.")
+        notes.append(f"{you_have(have)}; {needs}.")
     if pull.fork and not policy.allow_forks:
         notes.append("PRs from forks are not rendered on this repository (`allow_forks: false`).")
         allowed = []

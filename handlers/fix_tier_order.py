@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from bot import markdown as md
-from bot.commands import REGISTRY, permits
+from bot.commands import REGISTRY, permits, you_have
 from bot.errors import InfraError
 from bot.runs import Submitted
 from bot.webhook import CommentEvent
@@ -34,7 +34,7 @@ async def on_fix_tier_order(event: CommentEvent, bot: BotContext) -> tuple[str |
         log.warning("cannot authorise %s on %s: %s", event.author, event.repo.full_name, exc)
         return "GitHub did not answer while checking your permission; please try again.", False
     if not permits(have, PERMISSION):
-        return f"you have {have} permission on this repository; `/fluxwarden fix-tier-order` needs {PERMISSION}.", False
+        return f"{you_have(have)}; `/fluxwarden fix-tier-order` needs {PERMISSION}.", False
     target = TierOrderTarget(
         repo=event.repo.full_name,
         clone_url=policy.clone_url or event.repo.clone_url,

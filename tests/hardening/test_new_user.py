@@ -102,6 +102,13 @@ async def test_permission_is_said_before_anything_about_the_command(tmp_path: Pa
             assert reply.endswith("@mallory\n\nyou have read permission on this repository; `/precheck` needs write.\n"), reply
             assert_golden("comments/reply-permission.md", reply.replace(str(made.id), "ID"))
         assert h.states(origin.main, "fluxwarden/prod") == []
+        # Someone with no role on the repository (a private one) hears that, and nothing about the command.
+        fake.set_permission(REPO, "eve", "none")
+        made = fake.add_comment(REPO, 1, "/fluxwarden help", user="eve")
+        await h.deliver("issue_comment", _local(comment_payload(1, made.id, "/fluxwarden help", user="eve"), origin))
+        await h.settle(timeout=60)
+        [reply] = [r for r in _replies(fake, 1) if f"fluxwarden:reply:{made.id}" in r]
+        assert reply.endswith("@eve\n\nyou have no permission on this repository; `/fluxwarden` needs read.\n"), reply
         # `/fluxwarden help` needs read: mallory gets it, with the clusters' default permission.
         made = fake.add_comment(REPO, 1, "/fluxwarden help", user="mallory")
         await h.deliver("issue_comment", _local(comment_payload(1, made.id, "/fluxwarden help", user="mallory"), origin))
