@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,11 +82,11 @@ def test_unwritable_output_fails_before_the_run(example: Path, tmp_path: Path, c
     (tmp_path / "a-directory").mkdir()
     (tmp_path / "read-only").mkdir(mode=0o555)
     target = tmp_path / where
+    if where.startswith("read-only") and os.access(tmp_path / "read-only", os.W_OK):
+        pytest.skip("running as root: a read-only directory is writable")
     # A repository that does not exist: had the run started, the error would be about it, not the output.
     code = main(["check", "--repo", str(tmp_path / "no-repo"), "--cluster", "dev", "--output", str(target)])
     out, err = capsys.readouterr()
-    if where.startswith("read-only") and __import__("os").access(tmp_path / "read-only", __import__("os").W_OK):
-        pytest.skip("running as root: a read-only directory is writable")
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"fluxwarden: error: --output {target}")
 
 
