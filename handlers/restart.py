@@ -104,7 +104,9 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
         context = STATUS_CONTEXT.format(cluster=cluster)
         latest = next((s for s in statuses if s.context == context), None)
         description = latest.description if latest is not None else ""
-        kind = "interrupted" if INTERRUPTED in description else "gave-up" if RESUMED in description else "crashed"
+        # " interrupted (" also matches what releasing replicas of earlier versions wrote ("… (replica stopped) …").
+        interrupted = INTERRUPTED in description or " interrupted (" in description
+        kind = "interrupted" if interrupted else "gave-up" if RESUMED in description else "crashed"
         outcome[kind].append(cluster)
     return outcome
 
