@@ -519,7 +519,9 @@ class Simulation:
 
     def result(self) -> ColdStart:
         delays: dict[TierId, int] = {}
-        for tid in self.graph.order() + sorted(t for t in self.tiers if t not in self.graph.order()):
+        order = self.graph.order()
+        ordered = set(order)
+        for tid in order + sorted(t for t in self.tiers if t not in ordered):
             tier = self.tiers[tid]
             before = [d for d in (*tier.spec.depends_on, tier.spec.defined_in, self._held_by.get(tid)) if d in delays]
             own = len(tier.failures) * tier.spec.retry_seconds if tier.ready is not None else 0

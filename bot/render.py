@@ -761,11 +761,11 @@ class Renderer:
         (`flux bootstrap`'s gotk-sync, as patched by its kustomization): the truth about the entry tier."""
         for manifest in tier.flux_kustomizations():
             try:
-                spec = tier_spec(replace(manifest, origin=self.locate(manifest)), None)
+                spec = tier_spec(manifest, None)
             except TierSpecError:
                 continue  # `_discover` reports it
             if spec.path == entry and self.config.is_this_repo(spec.source):
-                return spec
+                return replace(spec, origin=self.locate(manifest))  # located only when found: a file read per tier
         return None
 
     def _operator_entry(

@@ -46,7 +46,7 @@ def name_rule(gk: GroupKind) -> tuple[re.Pattern[str], int | None, str]:
 def problem(value: str, rule: tuple[re.Pattern[str], int | None, str]) -> str | None:
     """Why `value` breaks `rule`, or None when it is valid."""
     pattern, limit, what = rule
-    candidate = _TOKEN.sub("x", value)
+    candidate = _TOKEN.sub("x", value) if "${" in value else value
     if pattern.fullmatch(candidate) and (limit is None or len(candidate) <= limit):
         return None
     return what

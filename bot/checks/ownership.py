@@ -39,6 +39,8 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
                 appliers.setdefault((target, stub.ref.identity), []).append((tier_id, stub))
     groups: dict[tuple[TierId, ...], list[tuple[TierId, ObjectStub]]] = {}
     for found in appliers.values():
+        if len(found) < 2:
+            continue  # nearly every object: one applier
         tiers = tuple(sorted({t for t, _ in found}))
         if len(tiers) > 1:
             groups.setdefault(tiers, []).extend(found)
