@@ -5,6 +5,11 @@ re-run — no live claim: stale, released at shutdown, or left by an earlier pro
 starting next to a busy one does not re-run what that one is running. The leader also sweeps for abandoned
 ones every `leader_election.sweep_seconds` (`sweep_pending`): a replica that died mid-run is re-run within
 the claim's lifetime (run timeout + grace) plus one sweep, even when nothing restarts.
+
+A PR whose run crashed the checker must not crash it on every start: its re-run says so in its status
+("running again after the checker stopped"), and when that status is found pending again the run is ended
+with `error` "this PR stopped the checker" instead (`_how_it_stopped`). A graceful shutdown marks its runs
+"interrupted", which never counts as a crash.
 """
 
 from __future__ import annotations
