@@ -105,8 +105,11 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
         log.warning("cannot read statuses of %s#%s: %s", plan.repo, plan.number, exc)
         statuses = []
     outcome: dict[str, list[str]] = {"interrupted": [], "crashed": [], "gave-up": []}
+    claims = getattr(bot.runner, "claims", None)
     for cluster in plan.clusters:
         context = STATUS_CONTEXT.format(cluster=cluster)
+        if claims is not None and statuses and not claims.abandoned(statuses, context):
+            continue  # another replica claimed it since it was found abandoned: its status is that run's, not a crash's
         latest = next((s for s in statuses if s.context == context), None)
         description = latest.description if latest is not None else ""
         # " interrupted (" also matches what releasing replicas of earlier versions wrote ("… (replica stopped) …").
