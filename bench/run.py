@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.synth import SynthRepo, generate, touch_one_tier
-from bot.kustomize import KustomizeBinary, locate_kustomize
-from bot.render import default_jobs
+from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
+from bot.pipeline.renderer import default_jobs
 
 NOT_BUILT = "n/a (not built yet)"
 
@@ -78,7 +78,7 @@ class Bench:
 def _kustomize_env(home: Path) -> dict[str, str]:
     """kustomize as a user runs it: Go's own defaults (all cores, default GC), nothing from our environment.
 
-    The engine tunes Go for builds side by side (one core each, bot/kustomize.py); the raw floor is
+    The engine tunes Go for builds side by side (one core each, bot/adapters/kustomize.py); the raw floor is
     kustomize at its best alone, so the engine is not compared against a handicapped baseline.
     """
     home.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def _python_for_cli() -> list[str]:
     script = Path(sys.executable).parent / "fluxwarden"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "bot.cli"]
+    return [sys.executable, "-m", "bot.service.cli"]
 
 
 def _run_probe(code: str, *args: str) -> dict[str, Any]:
@@ -134,10 +134,10 @@ _ENGINE_PROBE = textwrap.dedent(
     """
     import json, resource, sys, time
     from pathlib import Path
-    from bot.engine import CheckOptions, check_repository, tune_gc
+    from bot.pipeline.check import CheckOptions, check_repository, tune_gc
     repo, cluster, jobs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     tune_gc()  # as the CLI and the service do
-    import bot.coldstart
+    import bot.engine.coldstart
     simulation = [0.0]  # seconds spent in the cold-start simulation (set up, rounds, result)
     def timed(fn):
         def wrapper(*args, **kwargs):
@@ -148,7 +148,7 @@ _ENGINE_PROBE = textwrap.dedent(
                 simulation[0] += time.perf_counter() - t0
         return wrapper
     for name in ("__init__", "run", "result"):
-        setattr(bot.coldstart.Simulation, name, timed(getattr(bot.coldstart.Simulation, name)))
+        setattr(bot.engine.coldstart.Simulation, name, timed(getattr(bot.engine.coldstart.Simulation, name)))
     def cpu(who):
         usage = resource.getrusage(who)
         return usage.ru_utime + usage.ru_stime
@@ -210,7 +210,7 @@ def _mib(kib: int) -> str:
 
 
 def measure_check_in_process(bench: Bench) -> list[Row]:
-    """(a) cold check via bot.engine.check_repository, timed around the call; (d) its RSS split."""
+    """(a) cold check via bot.pipeline.check.check_repository, timed around the call; (d) its RSS split."""
     out = min(
         (_run_probe(_ENGINE_PROBE, str(bench.repo.root), bench.cluster, str(bench.jobs)) for _ in range(bench.repeat)),
         key=lambda r: r["wall"],

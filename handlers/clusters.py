@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from bot.service_config import ClusterPolicy, RepoPolicy
+from bot.service.settings import ClusterPolicy, RepoPolicy
 from handlers.context import BotContext
 
 
 async def with_clusters(bot: BotContext, policy: RepoPolicy, clone_url: str, base_ref: str) -> RepoPolicy:
     """`policy` itself when it names clusters; else the clusters of `base_ref` with the default settings
     (automatic, the repository's default permission, no live checks). The base branch, never the PR: a PR must not decide
-    what its clusters are (bot/review.py reads the configuration from the base too)."""
+    what its clusters are (bot/pipeline/review.py reads the configuration from the base too)."""
     if policy.clusters:
         return policy
     names = await asyncio.to_thread(_discover, bot, policy.clone_url or clone_url, base_ref)
@@ -20,7 +20,7 @@ async def with_clusters(bot: BotContext, policy: RepoPolicy, clone_url: str, bas
 
 
 def _discover(bot: BotContext, clone_url: str, base_ref: str) -> tuple[str, ...]:
-    from bot.engine import commit_clusters
+    from bot.pipeline.check import commit_clusters
 
     git = bot.runner.git
     fetched = git.branch_heads(clone_url, [base_ref], bot.github.installation_token())  # type: ignore[attr-defined]

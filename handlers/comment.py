@@ -6,13 +6,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.commands import (
+from bot.engine.commands import (
     PERMISSION_ORDER, Command, CommandError, FixTierOrderCommand, HelpCommand, PrecheckCommand, code_span, parse_commands, permits, you_have,
 )
-from bot.errors import FluxwardenError, InfraError
-from bot.markdown import MAX_COMMENT
-from bot.webhook import CommentEvent
-from bot.service_config import RepoPolicy
+from bot.engine.errors import FluxwardenError, InfraError
+from bot.engine.markdown import MAX_COMMENT
+from bot.engine.webhook import CommentEvent
+from bot.service.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.fix_tier_order import on_fix_tier_order

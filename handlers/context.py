@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.metrics import Metrics
-from bot.service_config import ServiceConfig
+from bot.service.metrics import Metrics
+from bot.service.settings import ServiceConfig
 from handlers.precheck import PrecheckGitHub, PrecheckRunner
 
 

@@ -1,7 +1,7 @@
-"""Scheduled drift reports as one GitHub issue per cluster (the job bot/scheduler.py runs).
+"""Scheduled drift reports as one GitHub issue per cluster (the job bot/adapters/scheduler.py runs).
 
 Each run fetches the default branch into the mirror, renders the cluster, reads it live (read-only),
-builds the drift report (bot/drift.py) and makes the repository's issue say so:
+builds the drift report (bot/engine/drift.py) and makes the repository's issue say so:
 
 * one issue per cluster — title "Drift report: <cluster>", label `fluxwarden:drift`, the hidden marker
   `<!-- fluxwarden:drift:<cluster> -->` as the body's first line — found again by label, marker and
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from bot import markdown as md
-from bot.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
-from bot.driftcheck import read_drift, render_cluster, utcnow
-from bot.errors import FluxwardenError, InfraError
-from bot.model import plural
+from bot.engine import markdown as md
+from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
+from bot.pipeline.drift import read_drift, render_cluster, utcnow
+from bot.engine.errors import FluxwardenError, InfraError
+from bot.engine.model import plural
 
 if TYPE_CHECKING:
     from handlers.context import BotContext
@@ -388,7 +388,7 @@ def drift_targets(bot: "BotContext") -> list[tuple[DriftTarget, Any]]:
 def build_drift_scheduler(bot: "BotContext", *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow) -> Any:
     """The service's drift scheduler (a `bot.scheduler.DriftScheduler`, or None when no cluster has drift on):
     one job per enabled cluster, each running `DriftRunner.run` behind `should_run` (leader election)."""
-    from bot.scheduler import DriftScheduler, ScheduledJob
+    from bot.adapters.scheduler import DriftScheduler, ScheduledJob
 
     targets = drift_targets(bot)
     if not targets:

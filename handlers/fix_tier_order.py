@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot import markdown as md
-from bot.commands import REGISTRY, permits, you_have
-from bot.errors import InfraError
-from bot.runs import Submitted
-from bot.webhook import CommentEvent
+from bot.engine import markdown as md
+from bot.engine.commands import REGISTRY, permits, you_have
+from bot.engine.errors import InfraError
+from bot.service.runs import Submitted
+from bot.engine.webhook import CommentEvent
 from handlers.context import BotContext
 from handlers.tier_order import TierOrderOutcome, TierOrderTarget, run_tier_order
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.commands import help_text
-from bot.service_config import RepoPolicy
+from bot.engine.commands import help_text
+from bot.service.settings import RepoPolicy
 
 
 def help_reply(policy: RepoPolicy) -> str:

@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from bot import markdown as md
-from bot.engine import CheckOptions
-from bot.errors import FluxwardenError, InfraError, UserError
-from bot.kustomize import STOPPED_MESSAGES
-from bot.metrics import Metrics
-from bot.model import Finding, Severity, plural
-from bot.review import ALWAYS_NEW, ClusterReview, review_repository
-from bot.review_report import format_review_markdown, review_verdict
-from bot.runs import RunQueue, Submitted
-from handlers.claims import RELEASE_TIMEOUT
+from bot.engine import markdown as md
+from bot.pipeline.check import CheckOptions
+from bot.engine.errors import FluxwardenError, InfraError, UserError
+from bot.adapters.kustomize import STOPPED_MESSAGES
+from bot.service.metrics import Metrics
+from bot.engine.model import Finding, Severity, plural
+from bot.pipeline.review import ALWAYS_NEW, ClusterReview, review_repository
+from bot.engine.review_report import format_review_markdown, review_verdict
+from bot.service.runs import RunQueue, Submitted
+from bot.service.claims import RELEASE_TIMEOUT
 
 if TYPE_CHECKING:
-    from bot.kube import ClusterAccess
-    from bot.live import LiveState
-    from bot.service_config import ServiceConfig
-    from handlers.claims import Claims
+    from bot.adapters.kube import ClusterAccess
+    from bot.engine.live import LiveState
+    from bot.service.settings import ServiceConfig
+    from bot.service.claims import Claims
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHu
 
 
 class PrecheckGitHub(Protocol):
-    """What prechecking needs from GitHub (the adapter in bot/github.py provides it)."""
+    """What prechecking needs from GitHub (the adapter in bot/adapters/github.py provides it)."""
 
     is_app: bool
 
@@ -213,7 +213,7 @@ class PrecheckRunner:
     run_timeout: float = 900.0
     target_url: str | None = None
     service_config: "ServiceConfig | None" = None  # per-cluster kubeconfig/context/in_cluster for live preconditions
-    claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (handlers/claims.py)
+    claims: "Claims | None" = None  # several replicas: claim each run on GitHub first (bot/service/claims.py)
     final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
     _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
     _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
@@ -344,7 +344,7 @@ class PrecheckRunner:
         policy = policy_repo.cluster(cluster) if policy_repo else None
         if policy is None or not policy.live:
             return None
-        from bot.kube import ClusterAccess  # kubernetes-asyncio: only when a cluster is read live
+        from bot.adapters.kube import ClusterAccess  # kubernetes-asyncio: only when a cluster is read live
 
         return ClusterAccess(kubeconfig=Path(policy.kubeconfig) if policy.kubeconfig else None, context=policy.context, in_cluster=policy.in_cluster)
 
@@ -353,7 +353,7 @@ class PrecheckRunner:
         access = self.live_access(plan.repo, cluster)
         live = None
         if access is not None:
-            from bot.kube import read_live_state
+            from bot.adapters.kube import read_live_state
 
             live = await read_live_state(access, cluster)
         return await asyncio.to_thread(self._review, plan, cluster, live, access)
@@ -377,13 +377,13 @@ class PrecheckRunner:
         fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head", token)
         if fetched.head_sha != plan.head_sha:
             raise InfraError(f"the PR head moved to {fetched.head_sha[:12]} while fetching; a newer run follows")
-        from bot.gitrepo import merge_base
+        from bot.adapters.git import merge_base
 
         # Review what the PR changes: from the merge base, as GitHub's "Files changed" does.
         base = merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
         fetch_objects = None
         if access is not None:
-            from bot.kube import ObjectReader
+            from bot.adapters.kube import ObjectReader
 
             fetch_objects = ObjectReader(access)  # moved objects: read in this thread, on its own loop
         return review_repository(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from bot.errors import FluxwardenError
-from bot.service_config import RepoPolicy
-from bot.webhook import PullRequestEvent
+from bot.engine.errors import FluxwardenError
+from bot.service.settings import RepoPolicy
+from bot.engine.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.precheck import PrecheckPlan

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.runs import Submitted
-from bot.webhook import NULL_SHA, PushEvent
+from bot.service.runs import Submitted
+from bot.engine.webhook import NULL_SHA, PushEvent
 from handlers.context import BotContext
 from handlers.tier_order import TierOrderTarget, run_tier_order
 

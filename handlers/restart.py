@@ -1,6 +1,6 @@
 """On start, re-run prechecks whose status is still pending: a crash mid-run must not block a PR forever.
 
-With several replicas (`leader_election.enabled`, handlers/claims.py) only *abandoned* pending statuses are
+With several replicas (`leader_election.enabled`, bot/service/claims.py) only *abandoned* pending statuses are
 re-run — no live claim: stale, released at shutdown, or left by an earlier process of this pod — so a replica
 starting next to a busy one does not re-run what that one is running. The leader also sweeps for abandoned
 ones every `leader_election.sweep_seconds` (`sweep_pending`): a replica that died mid-run is re-run within
@@ -19,8 +19,8 @@ import logging
 import time
 from dataclasses import replace
 
-from bot.errors import FluxwardenError, InfraError
-from bot.service_config import RepoPolicy
+from bot.engine.errors import FluxwardenError, InfraError
+from bot.service.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
 from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT, PrecheckPlan

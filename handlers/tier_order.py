@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bot import markdown as md
-from bot.errors import FluxwardenError, InfraError, InputError, UserError
-from bot.model import plural
-from bot.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes, read_tree_state
+from bot.engine import markdown as md
+from bot.engine.errors import FluxwardenError, InfraError, InputError, UserError
+from bot.engine.model import plural
+from bot.engine.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes, read_tree_state
 from handlers.context import BotContext
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class _Run:
 
     def stale_since(self, head: str, pull: Any) -> tuple[StaleCommit | None, str | None]:
         """The first-parent commit that made the order stale (bisected over the last HISTORY_LIMIT), or why unknown."""
-        from bot.gitrepo import commit_parents, commit_summary, first_parent_history
+        from bot.adapters.git import commit_parents, commit_summary, first_parent_history
 
         history = first_parent_history(self.mirror, head, HISTORY_LIMIT)
 

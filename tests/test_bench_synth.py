@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.synth import generate, touch_one_tier
-from bot.engine import CheckOptions, check_repository
-from bot.model import Severity
+from bot.pipeline.check import CheckOptions, check_repository
+from bot.engine.model import Severity
 
 TIERS, OBJECTS = 6, 60
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bot import engine
-from bot.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
-from bot.cli import main
-from bot.config import BootstrapConfig, load_repo_config, snapshot_config
-from bot.engine import CheckOptions, check_repository, render_repository
-from bot.errors import ConfigError
-from bot.model import Severity, TierId
-from bot.snapshot import GitTree, Snapshot
+from bot.pipeline import check as engine
+from bot.engine.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
+from bot.service.cli import main
+from bot.engine.config import BootstrapConfig, load_repo_config, snapshot_config
+from bot.pipeline.check import CheckOptions, check_repository, render_repository
+from bot.engine.errors import ConfigError
+from bot.engine.model import Severity, TierId
+from bot.adapters.workspace import GitTree, Snapshot
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
 

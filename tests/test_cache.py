@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cache import BuildCache, cache_budget
+from bot.adapters.cache import BuildCache, cache_budget
 
 HOUR = 3600
 
@@ -75,7 +75,7 @@ def test_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str
 
 def test_a_review_after_its_cache_was_pruned_to_nothing_still_works(tmp_path: Path) -> None:
     """Pruned entries are misses: the next review rebuilds what it needs and finds the same."""
-    from bot.review import review_repository
+    from bot.pipeline.review import review_repository
     from tests.gitrepo import EXAMPLE, commit_all, init_repo
 
     root = tmp_path / "repo"

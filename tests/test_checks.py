@@ -16,14 +16,14 @@ from typing import Any, Iterable, Mapping
 import pytest
 import yaml
 
-from bot.cli import main as cli_main
-from bot.config import load_repo_config
-from bot.engine import CheckOptions, check_repository
-from bot.kustomize import locate_kustomize
-from bot.model import Severity, TierId
-from bot.render import Renderer
-from bot.report import CheckReport
-from bot.snapshot import build_snapshot
+from bot.service.cli import main as cli_main
+from bot.engine.config import load_repo_config
+from bot.pipeline.check import CheckOptions, check_repository
+from bot.adapters.kustomize import locate_kustomize
+from bot.engine.model import Severity, TierId
+from bot.pipeline.renderer import Renderer
+from bot.engine.report import CheckReport
+from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -986,7 +986,7 @@ def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
 
 def test_text_output_lists_parents_before_their_children(tmp_path):
     """aaa/web sorts first by name and depends on nothing, but apps applies it: apps is listed first."""
-    from bot.report import format_text
+    from bot.engine.report import format_text
 
     files = repo(
         {"apps": ks("apps", "./apps"), "zz": ks("zz", "./zz")},

@@ -1,4 +1,4 @@
-"""Cross-replica run claims (handlers/claims.py): GitHub's statuses decide which replica runs a precheck.
+"""Cross-replica run claims (bot/service/claims.py): GitHub's statuses decide which replica runs a precheck.
 
 Unit tests of the claim rules on synthetic statuses; the runner with an in-memory GitHub (release at
 shutdown, superseded heads); and whole replicas — two `build_service` instances with leader election on a
@@ -19,13 +19,13 @@ from typing import Any, AsyncIterator, Callable
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.errors import UserError
-from bot.github import GitHubAdapter, GitHubAuth, StatusInfo
-from bot.metrics import new_metrics
-from bot.runs import RunQueue
-from bot.service import Service, build_service
-from bot.service_config import ClusterPolicy, LeaderElection, RepoPolicy, ServiceConfig
-from handlers.claims import UNTAGGED, Claims, parse_claim, pod_of
+from bot.engine.errors import UserError
+from bot.adapters.github import GitHubAdapter, GitHubAuth, StatusInfo
+from bot.service.metrics import new_metrics
+from bot.service.runs import RunQueue
+from bot.service.app import Service, build_service
+from bot.service.settings import ClusterPolicy, LeaderElection, RepoPolicy, ServiceConfig
+from bot.service.claims import UNTAGGED, Claims, parse_claim, pod_of
 from handlers.precheck import PrecheckPlan, PrecheckRunner
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube

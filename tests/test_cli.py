@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
 from tests.golden import assert_golden
 
@@ -169,7 +169,7 @@ def test_console_script_runs_without_activated_venv(example: Path, tmp_path: Pat
     """The installed entry point finds the venv's kubectl even when PATH lacks the venv."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "check", "--repo", str(example), "--cluster", "prod"],
+        [sys.executable, "-m", "bot.service.cli", "check", "--repo", str(example), "--cluster", "prod"],
         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -203,7 +203,7 @@ def test_serve_needs_github_credentials(capsys: pytest.CaptureFixture[str], monk
 
 
 def test_example_service_config_loads(tmp_path: Path) -> None:
-    from bot.service_config import load_service_config
+    from bot.service.settings import load_service_config
 
     root = Path(__file__).resolve().parents[1]
     secrets = tmp_path / "secrets"

@@ -1,4 +1,4 @@
-"""The cold-start simulation (bot/coldstart.py): one table test per rule, and properties on generated graphs.
+"""The cold-start simulation (bot/engine/coldstart.py): one table test per rule, and properties on generated graphs.
 
 Built from hand-made tier specs and facts (no kustomize): the simulation reads facts only.
 """
@@ -11,16 +11,16 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-import bot.engine
-from bot.bootstrap import Bootstrap, BootstrapEntry
-from bot.checks import CheckContext
-from bot.coldstart import ColdStart, compare, simulate
-from bot.engine import check_repository
-from bot.facts import tier_facts
-from bot.graph import TierGraph
-from bot.knowledge import default_knowledge
-from bot.model import HealthCheck, Manifest, ObjectRef, Severity, SourceRef, TierId, TierSpec
-from bot.providers import ProviderIndex
+import bot.pipeline.check
+from bot.engine.bootstrap import Bootstrap, BootstrapEntry
+from bot.engine.checks import CheckContext
+from bot.engine.coldstart import ColdStart, compare, simulate
+from bot.pipeline.check import check_repository
+from bot.engine.facts import tier_facts
+from bot.engine.graph import TierGraph
+from bot.engine.knowledge import default_knowledge
+from bot.engine.model import HealthCheck, Manifest, ObjectRef, Severity, SourceRef, TierId, TierSpec
+from bot.engine.providers import ProviderIndex
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, write_tree
 
 KNOWLEDGE = default_knowledge()
@@ -339,7 +339,7 @@ def _check(tmp_path: Path, tiers: Mapping[str, Mapping[str, Any]], dirs: Mapping
         files.update(_tier_dir(path, *objects))
     write_tree(tmp_path, files)
     if bootstrap is not None:
-        monkeypatch.setattr(bot.engine, "CheckContext", lambda **kw: CheckContext(**{**kw, "bootstrap": bootstrap}))
+        monkeypatch.setattr(bot.pipeline.check, "CheckContext", lambda **kw: CheckContext(**{**kw, "bootstrap": bootstrap}))
     return check_repository(tmp_path, "dev")
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bot.commands import (
+from bot.engine.commands import (
     MAX_COMMANDS,
     PERMISSION_ORDER,
     REGISTRY,
@@ -22,7 +22,7 @@ from bot.commands import (
     parse_commands,
     permits,
 )
-from bot.errors import UserError
+from bot.engine.errors import UserError
 
 KNOWN = ("prod", "dev", "bare-metal.lab")
 

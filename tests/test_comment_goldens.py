@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import pytest
 
-from bot.commands import help_text
-from bot.tierfix import StaleCommit, TierOrderConflict
+from bot.engine.commands import help_text
+from bot.engine.tierfix import StaleCommit, TierOrderConflict
 from handlers.comment import reply_body
 from handlers.drift import duplicate_comment, plan_issue
 from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, running_state

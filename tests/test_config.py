@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
-from bot.errors import ConfigError
-from bot.knowledge import default_knowledge
-from bot.model import GroupKind, SourceRef, TierId
-from bot.snapshot import Snapshot
+from bot.engine.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.engine.errors import ConfigError
+from bot.engine.knowledge import default_knowledge
+from bot.engine.model import GroupKind, SourceRef, TierId
+from bot.adapters.workspace import Snapshot
 from tests.fluxrepo import kustomization, write_tree
 
 ROOT = Path(__file__).resolve().parents[1]

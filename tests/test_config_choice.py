@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
-from bot.config import load_repo_config, snapshot_config
-from bot.errors import ConfigError
-from bot.snapshot import build_snapshot
+from bot.service.cli import main
+from bot.engine.config import load_repo_config, snapshot_config
+from bot.engine.errors import ConfigError
+from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import dump, ks, kustomization, obj, write_tree
 from tests.gitrepo import commit_all, init_repo
 
@@ -107,7 +107,7 @@ def test_tier_order_reads_config_from_outside(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_drift_render_takes_the_config(tmp_path: Path) -> None:
-    from bot.driftcheck import render_cluster
+    from bot.pipeline.drift import render_cluster
 
     repo = small_repo(tmp_path / "repo", config=None)
     rendered = render_cluster(repo, "main", config=load_repo_config(CONFIG))

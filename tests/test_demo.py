@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
-from bot.demo import PATCH, seed_pr_base
+from bot.service.cli import main
+from bot.pipeline.demo import PATCH, seed_pr_base
 from tests.gitrepo import EXAMPLE, pre_fix
 from tests.golden import assert_golden
 

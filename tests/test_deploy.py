@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.engine import CheckOptions, check_repository
-from bot.kustomize import locate_kustomize, run_build
-from bot.model import Severity
-from bot.service_config import load_service_config
+from bot.pipeline.check import CheckOptions, check_repository
+from bot.adapters.kustomize import locate_kustomize, run_build
+from bot.engine.model import Severity
+from bot.service.settings import load_service_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bot.diff import (
+from bot.engine.diff import (
     CHECK_PRUNE_TRANSIENT,
     SECRET_VALUE_MASK,
     ChangeKind,
@@ -31,8 +31,8 @@ from bot.diff import (
     normalise,
     prune_transient_findings,
 )
-from bot.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
-from bot.render import ClusterRender, RenderedTier
+from bot.engine.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
+from bot.pipeline.renderer import ClusterRender, RenderedTier
 
 GOLDEN = Path(__file__).parent / "golden" / "diff"
 UPDATE_GOLDEN = os.environ.get("FLUXWARDEN_UPDATE_GOLDEN") == "1"

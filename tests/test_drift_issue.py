@@ -13,11 +13,11 @@ from typing import Any, AsyncIterator
 import git
 import pytest
 
-from bot.drift import DriftItem, DriftKind, DriftReport
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.model import ObjectRef, TierId
-from bot.service import build_service
-from bot.service_config import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig
+from bot.engine.drift import DriftItem, DriftKind, DriftReport
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.engine.model import ObjectRef, TierId
+from bot.service.app import build_service
+from bot.service.settings import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig
 from handlers.drift import LABEL, DriftRunner, DriftTarget, IssueMemory, Outage, plan_issue, reconcile_issue, with_memory
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.cli import main
+from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
 from tests.golden import assert_golden
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from bot.cache import BuildCache
-from bot.errors import InputError
-from bot.facts import FactsStore, TierFacts, tier_facts
-from bot.knowledge import default_knowledge
-from bot.model import GroupKind, Manifest, ObjectRef, SourceLocation
-from bot.render import RenderedTier, StoredManifests
-from bot.flux import tier_spec
+from bot.adapters.cache import BuildCache
+from bot.engine.errors import InputError
+from bot.engine.facts import FactsStore, TierFacts, tier_facts
+from bot.engine.knowledge import default_knowledge
+from bot.engine.model import GroupKind, Manifest, ObjectRef, SourceLocation
+from bot.pipeline.renderer import RenderedTier, StoredManifests
+from bot.engine.flux import tier_spec
 from tests.fluxrepo import crd, ks, obj
 
 

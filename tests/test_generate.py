@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import gitrepo
-from bot.config import load_repo_config
-from bot.generate import flux_kustomization
-from bot.kustomize import KustomizeBinary, locate_kustomize
-from bot.model import Severity, TierId, TierSpec, SourceRef
-from bot.render import ClusterRender, Renderer
+from bot.adapters import git as gitrepo
+from bot.engine.config import load_repo_config
+from bot.engine.generate import flux_kustomization
+from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
+from bot.engine.model import Severity, TierId, TierSpec, SourceRef
+from bot.pipeline.renderer import ClusterRender, Renderer
 from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
 from tests.gitrepo import init_repo
 from tests.test_render import app_repo, by_ref, cm, errors, logging_binary, render
@@ -424,7 +424,7 @@ def test_kustomize_messages_name_repo_files_and_object_ids(tmp_path: Path, binar
 
 def test_a_skipped_component_that_appears_is_built_in(tmp_path: Path) -> None:
     """A review reuses the base's build of a tier no changed path touches: a component it skipped counts as touched."""
-    from bot.review import review_repository
+    from bot.pipeline.review import review_repository
     from tests.gitrepo import commit_all
 
     root = write_tree(tmp_path / "repo", app_repo({"app/cm.yaml": dump(cm("cm"))}, components=["../components/extra"], ignoreMissingComponents=True))

@@ -1,4 +1,4 @@
-"""bot.github against the loopback fake GitHub, over real HTTP (no PyGithub method is patched)."""
+"""bot.adapters.github against the loopback fake GitHub, over real HTTP (no PyGithub method is patched)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.errors import ConfigError, InfraError
-from bot.github import GitHubAdapter, GitHubAuth, GitHubError, GitHubNotFound, PullRequestInfo
+from bot.engine.errors import ConfigError, InfraError
+from bot.adapters.github import GitHubAdapter, GitHubAuth, GitHubError, GitHubNotFound, PullRequestInfo
 from tests.fakes import Effect, FakeGitHub
 
 TOKEN = "ghp_" + "T0k3nS3cr3t" * 3

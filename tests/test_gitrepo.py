@@ -14,9 +14,9 @@ from pathlib import Path
 import git
 import pytest
 
-from bot import gitrepo
-from bot.errors import InfraError, InputError, UserError
-from bot.gitrepo import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
+from bot.adapters import git as gitrepo
+from bot.engine.errors import InfraError, InputError, UserError
+from bot.adapters.git import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
 
 TOKEN = "ghs_NotARealTokenButLongEnough0123456789"
 TOKEN_B64 = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
@@ -386,7 +386,7 @@ def test_missing_git_is_a_git_error(mirrors: Mirrors, origin: Origin, monkeypatc
 
 def test_export_ignores_export_attributes(tmp_path: Path) -> None:
     """A PR cannot hide a file from the check with `export-ignore` (Flux clones; it does not `git archive`)."""
-    from bot.gitrepo import export_tree
+    from bot.adapters.git import export_tree
     from tests.gitrepo import init_repo
 
     root = tmp_path / "r"
@@ -404,7 +404,7 @@ def test_export_ignores_export_attributes(tmp_path: Path) -> None:
 
 
 def test_export_by_archive_keeps_symlinks_and_modes(tmp_path: Path) -> None:
-    from bot.gitrepo import export_tree
+    from bot.adapters.git import export_tree
     from tests.gitrepo import init_repo
 
     root = tmp_path / "r"
@@ -465,7 +465,7 @@ def test_commit_snapshot_writes_nothing_until_asked(example_commit: tuple[Path, 
 
 def test_commit_snapshot_holds_what_the_exported_copy_holds(example_commit: tuple[Path, str], tmp_path: Path) -> None:
     """Same paths, contents, ignore rules, refusals, executable bits and content ids as export + build_snapshot."""
-    from bot.snapshot import build_snapshot
+    from bot.adapters.workspace import build_snapshot
 
     root, sha = example_commit
     export_tree(root, sha, tmp_path / "export")
@@ -485,10 +485,10 @@ def test_commit_snapshot_holds_what_the_exported_copy_holds(example_commit: tupl
 @pytest.mark.parametrize("cluster", ["dev", "prod"])
 def test_a_lazy_commit_checks_like_its_copy(example_commit: tuple[Path, str], tmp_path: Path, cluster: str) -> None:
     """The whole engine on a lazy snapshot: same report, same cache keys (a copy's cache serves the commit)."""
-    from bot.cache import BuildCache
-    from bot.engine import CheckOptions, check_snapshot
-    from bot.kustomize import locate_kustomize
-    from bot.snapshot import build_snapshot
+    from bot.adapters.cache import BuildCache
+    from bot.pipeline.check import CheckOptions, check_snapshot
+    from bot.adapters.kustomize import locate_kustomize
+    from bot.adapters.workspace import build_snapshot
     from tests.test_render import logging_binary
 
     root, sha = example_commit
@@ -535,8 +535,8 @@ def test_a_tree_listed_before_is_read_from_the_cache(example_commit: tuple[Path,
     """The listing of a tree id is kept: the second snapshot of the commit takes it from the cache."""
     import dataclasses
 
-    from bot.cache import BuildCache
-    from bot.snapshot import TreeListing
+    from bot.adapters.cache import BuildCache
+    from bot.adapters.workspace import TreeListing
 
     root, sha = example_commit
     cache = BuildCache(tmp_path / "cache")
@@ -553,7 +553,7 @@ def test_a_tree_listed_before_is_read_from_the_cache(example_commit: tuple[Path,
 
 
 def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path: Path) -> None:
-    from bot.cache import BuildCache
+    from bot.adapters.cache import BuildCache
     from tests.gitrepo import commit_all, init_repo
 
     root = tmp_path / "repo"
@@ -569,9 +569,9 @@ def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path:
 
 def test_a_commit_rendered_before_is_one_cache_entry(example_commit: tuple[Path, str], tmp_path: Path) -> None:
     """A commit's cluster render is kept whole: with every build and summary entry gone, it still renders, unbuilt."""
-    from bot.cache import BuildCache
-    from bot.engine import CheckOptions, analyse, make_renderer
-    from bot.kustomize import locate_kustomize
+    from bot.adapters.cache import BuildCache
+    from bot.pipeline.check import CheckOptions, analyse, make_renderer
+    from bot.adapters.kustomize import locate_kustomize
 
     root, sha = example_commit
     cache_dir = tmp_path / "cache"

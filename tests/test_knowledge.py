@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.errors import ConfigError
-from bot.knowledge import (
+from bot.engine.errors import ConfigError
+from bot.engine.knowledge import (
     CRD_MECHANISMS,
     ChartRule,
     KnowledgeBase,
@@ -14,7 +14,7 @@ from bot.knowledge import (
     load_knowledge,
     normalise_chart_name,
 )
-from bot.model import GroupKind
+from bot.engine.model import GroupKind
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""bot/kube.py: the real kubernetes-asyncio client against the loopback fake API server (tests/fakes/kube.py)."""
+"""bot/adapters/kube.py: the real kubernetes-asyncio client against the loopback fake API server (tests/fakes/kube.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import AsyncIterator
 
 import pytest
 
-import bot.kube
-from bot.kube import (
+import bot.adapters.kube
+from bot.adapters.kube import (
     ClusterAccess,
     KubeClient,
     KubeConfigError,
@@ -21,8 +21,8 @@ from bot.kube import (
     read_live_state,
     read_objects,
 )
-from bot.live import CHECK_UNKNOWN, evaluate_preconditions
-from bot.model import ObjectRef, Severity, SourceRef, TierId
+from bot.engine.live import CHECK_UNKNOWN, evaluate_preconditions
+from bot.engine.model import ObjectRef, Severity, SourceRef, TierId
 from tests.fakes.kube import FakeKube, crd, git_repository, kustomization, owned_by
 
 R1 = "main@sha1:1111111111111111111111111111111111111111"
@@ -86,7 +86,7 @@ async def test_get_and_list_namespaced_and_cluster_scoped(fake: FakeKube, tmp_pa
 
 
 async def test_lists_are_paginated(fake: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bot.kube, "PAGE_SIZE", 2)
+    monkeypatch.setattr(bot.adapters.kube, "PAGE_SIZE", 2)
     for i in range(4):
         fake.add(crd("example.com", f"Kind{i}", f"kinds{i}"))
     state = await read_live_state(access(fake, tmp_path), "prod")
@@ -177,7 +177,7 @@ async def test_bad_access_configuration(fake: FakeKube, tmp_path: Path, monkeypa
 
 
 async def test_error_classes_are_infra_errors(fake: FakeKube, tmp_path: Path) -> None:
-    from bot.errors import InfraError
+    from bot.engine.errors import InfraError
 
     for cls in (KubeConfigError, KubeForbidden, KubeTimeout, KubeUnauthorized):
         assert issubclass(cls, InfraError)

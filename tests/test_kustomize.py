@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import BuildStopped, KustomizeNotFound, RenderError
-from bot import kustomize
-from bot.cache import BuildCache
-from bot.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
+from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
+from bot.adapters import kustomize
+from bot.adapters.cache import BuildCache
+from bot.adapters.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "--network")
 # kustomize-controller builds without a load restrictor (fluxcd/pkg kustomize Build); the repository root is
@@ -199,7 +199,7 @@ def test_real_kustomize_builds(tmp_path: Path) -> None:
 
 def test_memory_cap_applies_to_the_build(tmp_path: Path) -> None:
     """kustomize runs with an address-space cap (set right after the spawn)."""
-    from bot.kustomize import KustomizeBinary, run_build
+    from bot.adapters.kustomize import KustomizeBinary, run_build
 
     fake = tmp_path / "kustomize"
     fake.write_text("#!/bin/sh\n/bin/sleep 0.3\nulimit -v\n")
@@ -249,7 +249,7 @@ def test_a_build_dies_with_its_parent_even_when_the_parent_is_sigkilled(tmp_path
     script = fake(tmp_path / "bin", "kustomize", f"/bin/sleep 60 &\necho $$ $! > {pids}\nwait\n")
     runner = subprocess.Popen(
         [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from bot.kustomize import KustomizeBinary, run_build; "
+            "import sys; from pathlib import Path; from bot.adapters.kustomize import KustomizeBinary, run_build; "
             f"run_build(KustomizeBinary({str(script)!r}, False), Path({str(tmp_path)!r}), sandbox_home=Path({str(tmp_path / 'home')!r}), timeout=60)"
         )],
         cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
@@ -279,7 +279,7 @@ def test_stop_builds_kills_builds_in_flight_and_refuses_new_ones(tmp_path: Path)
     """Shutdown: builds in flight die at once (their groups), new ones fail fast as BuildStopped, until allowed again."""
     import threading
 
-    from bot.kustomize import allow_builds, stop_builds
+    from bot.adapters.kustomize import allow_builds, stop_builds
 
     binary = KustomizeBinary(str(fake(tmp_path / "bin", "kustomize", "/bin/sleep 30\n")), embedded=False)
     errors: list[BaseException] = []

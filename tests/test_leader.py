@@ -1,4 +1,4 @@
-"""Leader election (bot/leader.py) on a Lease (bot/lease.py) served by the fake API server, with a controlled clock.
+"""Leader election (bot/service/leader.py) on a Lease (bot/service/lease.py) served by the fake API server, with a controlled clock.
 
 Every test asserts the one safety property after every step: never two leaders. `is_leader` reads the clock
 itself, so a replica that stopped renewing (dead, partitioned, hung) stops counting as leader at its renew
@@ -18,11 +18,11 @@ from typing import Any, AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.errors import ConfigError
-from bot.kube import ClusterAccess
-from bot.leader import LeaderElector, LeaseRecord, lease_namespace, replica_identity
-from bot.lease import KubeLeaseStore, lease_body, micro_time, record_from_lease
-from bot.service_config import LeaderElection, load_service_config
+from bot.engine.errors import ConfigError
+from bot.adapters.kube import ClusterAccess
+from bot.service.leader import LeaderElector, LeaseRecord, lease_namespace, replica_identity
+from bot.service.lease import KubeLeaseStore, lease_body, micro_time, record_from_lease
+from bot.service.settings import LeaderElection, load_service_config
 from tests.fakes.kube import FakeKube
 
 NS, NAME = "fluxwarden", "fluxwarden-leader"
@@ -401,9 +401,9 @@ def _utc(epoch: float):
 
 
 async def test_service_replicas_elect_one_leader_and_stay_ready(tmp_path: Path) -> None:
-    from bot.github import GitHubAdapter, GitHubAuth
-    from bot.service import build_service
-    from bot.service_config import ServiceConfig
+    from bot.adapters.github import GitHubAdapter, GitHubAuth
+    from bot.service.app import build_service
+    from bot.service.settings import ServiceConfig
     from tests.fakes.github import FakeGitHub
 
     token = "ghs_" + "c" * 36
@@ -443,9 +443,9 @@ async def test_service_replicas_elect_one_leader_and_stay_ready(tmp_path: Path) 
 
 
 def test_single_replica_is_always_the_leader(tmp_path: Path) -> None:
-    from bot.github import GitHubAuth
-    from bot.service import build_service
-    from bot.service_config import ServiceConfig
+    from bot.adapters.github import GitHubAuth
+    from bot.service.app import build_service
+    from bot.service.settings import ServiceConfig
 
     service = build_service(ServiceConfig(webhook_secret=b"s", github=GitHubAuth(token="t" * 12), cache_dir=tmp_path))
     assert service.leader is None and service.is_leader and service.bot.runner.claims is None

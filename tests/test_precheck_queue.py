@@ -11,8 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.metrics import new_metrics
-from bot.runs import RunQueue, Submitted
+from bot.service.metrics import new_metrics
+from bot.service.runs import RunQueue, Submitted
 from handlers.precheck import PrecheckPlan, PrecheckRunner
 
 
@@ -44,7 +44,7 @@ class BlockedGit:
 
     def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None):
         self.release.wait(10)
-        from bot.errors import InfraError
+        from bot.engine.errors import InfraError
 
         raise InfraError("origin unreachable")
 
@@ -83,14 +83,14 @@ class FlakyGitHub(RecordingGitHub):
     down: bool = True
 
     def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
-        from bot.errors import InfraError
+        from bot.engine.errors import InfraError
 
         if self.down:
             raise InfraError("GitHub 500")
         return super().upsert_comments(repo, number, marker, bodies)
 
     def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
-        from bot.errors import InfraError
+        from bot.engine.errors import InfraError
 
         if self.down:
             raise InfraError("GitHub 500")

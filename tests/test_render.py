@@ -16,13 +16,13 @@ from typing import Any, Mapping
 
 import pytest
 
-from bot.config import load_repo_config
-from bot.engine import CheckOptions, check_repository, check_snapshot
-from bot.generate import generated_resources
-from bot.kustomize import KustomizeBinary, locate_kustomize
-from bot.model import Finding, Manifest, Severity, TierId
-from bot.render import SECRET_MASK, ClusterRender, RenderLimits, Renderer
-from bot.snapshot import build_snapshot
+from bot.engine.config import load_repo_config
+from bot.pipeline.check import CheckOptions, check_repository, check_snapshot
+from bot.engine.generate import generated_resources
+from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
+from bot.engine.model import Finding, Manifest, Severity, TierId
+from bot.pipeline.renderer import SECRET_MASK, ClusterRender, RenderLimits, Renderer
+from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
 FLUX = "flux-system"

@@ -9,10 +9,10 @@ from pathlib import Path
 import git
 import pytest
 
-from bot.cli import main
-from bot.diff import ChangeKind
-from bot.model import Finding, Severity, TierId
-from bot.review import review_repository
+from bot.service.cli import main
+from bot.engine.diff import ChangeKind
+from bot.engine.model import Finding, Severity, TierId
+from bot.pipeline.review import review_repository
 from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
 
 
@@ -156,14 +156,14 @@ def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str 
     ids=["added", "same", "message-changed", "second-in-same-object", "severity-raised", "second-drift"],
 )
 def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list[bool]) -> None:
-    from bot.review import mark_new
+    from bot.pipeline.review import mark_new
 
     assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
 
 
 def test_a_finding_moved_with_its_object_is_not_new_and_a_gone_one_is_resolved() -> None:
-    from bot.model import ObjectRef, SourceLocation
-    from bot.review import mark_new, resolved_findings
+    from bot.engine.model import ObjectRef, SourceLocation
+    from bot.pipeline.review import mark_new, resolved_findings
 
     sp = ObjectRef("cdi.kubevirt.io/v1beta1", "StorageProfile", "", "longhorn-vm")
     before = Finding("missing-provider", Severity.WARNING, "m", TierId("flux-system", "platform-config"), sp, SourceLocation("platform-config/sp.yaml", 3))
@@ -179,7 +179,7 @@ def test_a_finding_moved_with_its_object_is_not_new_and_a_gone_one_is_resolved()
 
 
 def test_merge_base_is_what_a_pr_is_reviewed_against(tmp_path: Path) -> None:
-    from bot.gitrepo import merge_base
+    from bot.adapters.git import merge_base
     from tests.fluxrepo import write_tree
 
     root = tmp_path / "r"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.diff import ChangeKind
-from bot.model import Severity
-from bot.review import ClusterReview, review_repository
-from bot.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
+from bot.engine.diff import ChangeKind
+from bot.engine.model import Severity
+from bot.pipeline.review import ClusterReview, review_repository
+from bot.engine.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
 from tests.golden import GOLDEN_DIR, assert_golden
 from tests.test_review import seed_pr  # noqa: F401  (the fixture)
 from tests.test_review_report import (

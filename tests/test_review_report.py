@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from bot.diff import ChangeKind, ClusterDiff, ObjectChange, SecretKeyChanges, TierDiff
-from bot.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
-from bot.report import CheckReport, TierSummary
-from bot.review import ClusterReview, ReviewedFinding
-from bot.review_report import (
+from bot.engine.diff import ChangeKind, ClusterDiff, ObjectChange, SecretKeyChanges, TierDiff
+from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
+from bot.engine.report import CheckReport, TierSummary
+from bot.pipeline.review import ClusterReview, ReviewedFinding
+from bot.engine.review_report import (
     MARKER,
     format_review_markdown,
     finding_summary,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.runs import RunQueue, Submitted
+from bot.service.runs import RunQueue, Submitted
 
 
 async def test_newer_sha_cancels_older_run() -> None:

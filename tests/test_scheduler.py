@@ -1,4 +1,4 @@
-"""The drift scheduler (bot/scheduler.py) and its service wiring: triggers from the config, the leader gate,
+"""The drift scheduler (bot/adapters/scheduler.py) and its service wiring: triggers from the config, the leader gate,
 jobs run now (run_now) or fired by APScheduler itself (modify next_run_time), start and stop with the app."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.errors import ConfigError
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, ScheduledJob, ScheduleError, build_trigger
-from bot.service import build_service
-from bot.service_config import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig, load_service_config
+from bot.engine.errors import ConfigError
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.adapters.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, ScheduledJob, ScheduleError, build_trigger
+from bot.service.app import build_service
+from bot.service.settings import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig, load_service_config
 from handlers.drift import LABEL, build_drift_scheduler
 from tests.test_drift import INCIDENT, ready
 from tests.test_drift_issue import REPO, World, example, world  # noqa: F401  (fixtures)

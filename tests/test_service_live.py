@@ -13,9 +13,9 @@ from typing import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.service import build_service
-from bot.service_config import ClusterPolicy, RepoPolicy, ServiceConfig
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.service.app import build_service
+from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import kustomization
 from tests.test_kube import closed_port

@@ -19,14 +19,14 @@ import git
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import bot.gitrepo as gitrepo
-from bot.errors import ConfigError
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.gitrepo import Mirrors
-from bot.service import build_service
-from bot.service_config import ClusterPolicy, GitIdentity, RepoPolicy, ServiceConfig, load_service_config
-from bot.tierfix import BRANCH
-from bot.tierorder import read_tier_order
+import bot.adapters.git as gitrepo
+from bot.engine.errors import ConfigError
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.adapters.git import Mirrors
+from bot.service.app import build_service
+from bot.service.settings import ClusterPolicy, GitIdentity, RepoPolicy, ServiceConfig, load_service_config
+from bot.engine.tierfix import BRANCH
+from bot.engine.tierorder import read_tier_order
 from tests.fakes.github import FakeGitHub
 from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
 from tests.golden import assert_golden

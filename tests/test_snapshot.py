@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine import CheckOptions, check_snapshot
-from bot.kustomize import locate_kustomize
-from bot.snapshot import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit, normalise_repo_path
+from bot.pipeline.check import CheckOptions, check_snapshot
+from bot.adapters.kustomize import locate_kustomize
+from bot.adapters.workspace import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit, normalise_repo_path
 from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
 FILES = {
@@ -277,8 +277,8 @@ def test_a_commit_with_a_symlink_is_left_to_the_copy(tmp_path: Path) -> None:
 
 
 def test_a_file_the_filesystem_cannot_hold_fails_its_tier_not_the_check(tmp_path: Path) -> None:
-    from bot.engine import CheckOptions, check_snapshot
-    from bot.kustomize import locate_kustomize
+    from bot.pipeline.check import CheckOptions, check_snapshot
+    from bot.adapters.kustomize import locate_kustomize
     long_name = "x" * 300 + ".yaml"  # git allows it; Linux file names stop at 255 bytes
     blobs = {"a" * 40: b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"}
     entries = [_tree("clusters"), _tree("clusters/dev"), _blob(f"clusters/dev/{long_name}", "a" * 40)]
@@ -315,7 +315,7 @@ def test_materialize_returns_only_once_every_file_is_there(tmp_path: Path) -> No
 
 def test_a_1000_deep_tree_is_walked_without_recursion_and_cut_at_the_depth_bound(tmp_path: Path) -> None:
     """Both walks (a copy, a commit's listing) are iterative: past MAX_DEPTH a directory is refused, not a RecursionError."""
-    from bot.snapshot import MAX_DEPTH
+    from bot.adapters.workspace import MAX_DEPTH
 
     src = tmp_path / "src"
     (src / "apps").mkdir(parents=True)

@@ -12,15 +12,15 @@ from typing import Any, Mapping
 
 import pytest
 
-from bot.cli import main
-from bot.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
-from bot.diff import ChangeKind
-from bot.errors import ConfigError
-from bot.kustomize import KustomizeBinary, locate_kustomize
-from bot.model import Finding, Severity, SourceLocation, TierId
-from bot.render import ClusterRender, Renderer
-from bot.review import review_repository
-from bot.snapshot import Snapshot, build_snapshot
+from bot.service.cli import main
+from bot.engine.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.engine.diff import ChangeKind
+from bot.engine.errors import ConfigError
+from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
+from bot.engine.model import Finding, Severity, SourceLocation, TierId
+from bot.pipeline.renderer import ClusterRender, Renderer
+from bot.pipeline.review import review_repository
+from bot.adapters.workspace import Snapshot, build_snapshot
 from tests.fluxrepo import dump, kustomization, ks, obj, write_tree
 from tests.gitrepo import commit_all, init_repo
 

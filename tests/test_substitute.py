@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from bot.errors import SubstitutionError
-from bot.substitute import (
+from bot.engine.errors import SubstitutionError
+from bot.engine.substitute import (
     VAR_NAME,
     SubstitutionResult,
     VarRef,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.service.cli import main
 from tests.gitrepo import EXAMPLE, pre_fix
 
 SCRIPT = "bootstrap/standup.sh"
@@ -124,7 +124,7 @@ def test_usage_errors_exit_2(repo: Path, tmp_path: Path, capsys: pytest.CaptureF
 def test_console_script_entry_point(repo: Path) -> None:
     """The installed `fluxwarden` runs it too (no traceback, exit 1 while stale)."""
     result = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "tier-order", "--repo", str(repo)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "bot.service.cli", "tier-order", "--repo", str(repo)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1, result.stderr
     assert "platform-config-cdi" in result.stdout and result.stderr == ""

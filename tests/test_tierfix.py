@@ -1,4 +1,4 @@
-"""bot.tierfix: one order for every cluster, the minimal edit, the explanation, and reading a tree's graphs."""
+"""bot.engine.tierfix: one order for every cluster, the minimal edit, the explanation, and reading a tree's graphs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import TierOrderError, UserError
-from bot.tierfix import (
+from bot.engine.errors import TierOrderError, UserError
+from bot.engine.tierfix import (
     Change,
     Edge,
     IncompleteRender,
@@ -24,7 +24,7 @@ from bot.tierfix import (
     read_tree_state,
     union_graph,
 )
-from bot.tierorder import read_tier_order, stale_reasons
+from bot.engine.tierorder import read_tier_order, stale_reasons
 from tests.gitrepo import EXAMPLE, pre_fix
 
 SEED_SCRIPT = """\

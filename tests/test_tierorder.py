@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bot.errors import TierOrderError
-from bot.tierorder import (
+from bot.engine.errors import TierOrderError
+from bot.engine.tierorder import (
     StaleReason,
     TierOrder,
     read_tier_order,

@@ -12,8 +12,8 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from bot.errors import FluxwardenError, UserError
-from bot.webhook import (
+from bot.engine.errors import FluxwardenError, UserError
+from bot.engine.webhook import (
     MAX_BODY_BYTES,
     NULL_SHA,
     CommentEvent,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.errors import UnsafeYamlError
-from bot.yamlio import (
+from bot.engine.errors import UnsafeYamlError
+from bot.engine.yamlio import (
     FastSafeLoader,
     check_aliases,
     compose_stream,

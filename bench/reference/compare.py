@@ -16,10 +16,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from bot.config import cluster_entry
-from bot.engine import CheckOptions, make_renderer
-from bot.kustomize import locate_kustomize
-from bot.snapshot import build_snapshot
+from bot.engine.config import cluster_entry
+from bot.pipeline.check import CheckOptions, make_renderer
+from bot.adapters.kustomize import locate_kustomize
+from bot.adapters.workspace import build_snapshot
 
 
 def _identity(api_version: str, kind: str, namespace: str, name: str) -> str:

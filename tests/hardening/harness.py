@@ -25,9 +25,9 @@ from typing import Any, Mapping
 import git
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.service import Service, build_service
-from bot.service_config import ClusterPolicy, Limits, RepoPolicy, ServiceConfig
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.service.app import Service, build_service
+from bot.service.settings import ClusterPolicy, Limits, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
 from tests.fluxrepo import dump, ks, obj, write_tree
 from tests.gitrepo import commit_all

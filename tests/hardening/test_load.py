@@ -22,10 +22,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.github import GitHubAdapter, GitHubAuth
-from bot.runs import RunQueue
-from bot.service import build_service
-from bot.service_config import ClusterPolicy, RepoPolicy, ServiceConfig
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.service.runs import RunQueue
+from bot.service.app import build_service
+from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
 from tests.hardening.harness import (
     BOT,

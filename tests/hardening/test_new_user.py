@@ -13,9 +13,9 @@ from typing import Any, AsyncIterator
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.github import GitHubAdapter
-from bot.service import build_service
-from bot.service_config import load_service_config
+from bot.adapters.github import GitHubAdapter
+from bot.service.app import build_service
+from bot.service.settings import load_service_config
 from tests.fakes.github import FakeGitHub
 from tests.fluxrepo import dump, ks, kustomization
 from tests.golden import assert_golden

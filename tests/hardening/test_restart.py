@@ -59,7 +59,7 @@ class Replica:
     async def start(self, config: Path) -> None:
         with self.log.open("wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "serve", "--config", str(config),
+                sys.executable, "-m", "bot.service.cli", "serve", "--config", str(config),
                 env=self.env, cwd=str(ROOT), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
             )
 

@@ -1,0 +1,1 @@
+"""One module per external system, the only importer of its client library."""

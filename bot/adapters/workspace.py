@@ -1,0 +1,548 @@
+"""A sanitised copy of the repository that kustomize may read: no symlink out, no oversized file.
+
+kustomize follows symlinks and loads directories anywhere on disk, so we never point it at the
+untrusted checkout. We copy what Flux's source-controller would put in the artifact into a private
+directory, refusing (with a reason) every path that could read outside the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import shutil
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from bot.engine.errors import ConfigError
+from bot.engine.yamlio import MAX_FILE_BYTES
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+CONFIG_FILE = ".fluxwarden.yaml"
+
+# source-controller excludes these from every GitRepository artifact
+# (fluxcd/source-controller internal/index + pkg/sourceignore `VCSPatterns` and `getSOPSPatterns`/defaults).
+DEFAULT_IGNORE = (
+    ".git/",
+    ".gitignore",
+    ".gitmodules",
+    ".gitattributes",
+    "*.jpg",
+    "*.jpeg",
+    "*.gif",
+    "*.png",
+    "*.wmv",
+    "*.flv",
+    "*.tar.gz",
+    "*.zip",
+    "/.github/",
+    "**/.goreleaser.yml",
+    "**/.sops.yaml",
+    "**/.flux.yaml",
+)
+MAX_FILES = 200_000
+# Directories nested deeper than this are left out (an `unsafe-path` finding): real repositories nest a
+# dozen levels; a PR's 1,000-deep tree is an attack on the walks below (and on kustomize).
+MAX_DEPTH = 100
+TOO_DEEP = f"is nested more than {MAX_DEPTH} directories deep; not read"
+
+
+@dataclass(frozen=True)
+class RefusedPath:
+    """A repository path left out of the snapshot, and why."""
+
+    path: str  # repo-relative, posix
+    reason: str
+
+
+class IgnoreRules:
+    """gitignore-style patterns as `.sourceignore` uses them (anchoring, `**`, `!`, trailing `/`)."""
+
+    def __init__(self) -> None:
+        self._rules: list[tuple[re.Pattern[str], bool, bool]] = []
+
+    def add(self, pattern: str, base: str = "") -> None:
+        """Add one pattern line, relative to directory `base` (repo-relative, "" for the root)."""
+        line = pattern.rstrip("\n").rstrip()
+        if not line or line.startswith("#"):
+            return
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        anchored = "/" in line
+        line = line.lstrip("/")
+        body = _glob_to_regex(line)
+        prefix = re.escape(base + "/") if base else ""
+        regex = f"^{prefix}{body}$" if anchored else f"^{prefix}(?:.*/)?{body}$"
+        self._rules.append((re.compile(regex), negate, dir_only))
+
+    def ignored(self, path: str, is_dir: bool) -> bool:
+        """True when the last matching rule excludes `path`."""
+        result = False
+        for regex, negate, dir_only in self._rules:
+            if dir_only and not is_dir:
+                continue
+            if regex.match(path):
+                result = not negate
+        return result
+
+
+def _glob_to_regex(glob: str) -> str:
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return "".join(out)
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a file's content: a working-tree file and a committed one key the cache alike."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """One file of a commit: its blob id (content is read only when needed)."""
+
+    oid: str
+    executable: bool = False
+
+
+class GitTree:
+    """A commit's sanitised file list; content is read from git and written to disk only on demand.
+
+    A review of a one-tier change builds one tier: writing the other thousands of files of both
+    sides to disk would cost more than everything else it does.
+    """
+
+    def __init__(self, oid: str, files: dict[str, TreeFile], dirs: set[str], read_blob: Callable[[str], bytes], root: Path) -> None:
+        self.oid = oid  # the commit's root tree: equal ids, equal content
+        self.files = files
+        self.dirs = dirs | {""}
+        self.root = root
+        self._read_blob = read_blob
+        self._children: dict[str, tuple[list[str], list[str]]] = {d: ([], []) for d in self.dirs}
+        for rel in sorted(self.dirs - {""}):
+            self._children[posixpath.dirname(rel)][0].append(posixpath.basename(rel))
+        for rel in sorted(files):
+            self._children[posixpath.dirname(rel)][1].append(posixpath.basename(rel))
+        self._written: set[str] = set()
+        self._write_lock = threading.Lock()
+
+    def read(self, rel: str) -> bytes | None:
+        entry = self.files.get(rel)
+        return None if entry is None else self._read_blob(entry.oid)
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        dirs, files = self._children.get(rel, ([], []))
+        return list(dirs), list(files)
+
+    def materialize(self, dirs: Iterable[str], files: Iterable[str]) -> None:
+        """Write `files` and everything below `dirs` to disk (idempotent, thread-safe)."""
+        wanted = [f for f in files if f in self.files]
+        pending = list(dirs)
+        while pending:
+            current = pending.pop()
+            if current not in self.dirs:
+                continue
+            (self.root / current).mkdir(parents=True, exist_ok=True)
+            subdirs, names = self._children[current]
+            pending.extend(posixpath.join(current, d) if current else d for d in subdirs)
+            wanted.extend(posixpath.join(current, n) if current else n for n in names)
+        # One writer at a time: a build that shares a file with one being written waits until it is
+        # there, and a file counts as written only once it is.
+        with self._write_lock:
+            for rel in dict.fromkeys(wanted):
+                if rel in self._written:
+                    continue
+                target = self.root / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = self.read(rel) or b""
+                tmp = target.with_name(f".{target.name}.fluxwarden-tmp")
+                tmp.write_bytes(data)
+                if self.files[rel].executable:
+                    tmp.chmod(0o755)
+                os.replace(tmp, target)
+                self._written.add(rel)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A sanitised repository copy at `root`: every path in it resolves inside it.
+
+    With `tree`, the copy is lazy: files reach `root` when `materialize` asks for them, and every
+    other question is answered from the commit's file list.
+    """
+
+    root: Path
+    refused: tuple[RefusedPath, ...]
+    tree: GitTree | None = field(default=None, compare=False)
+    # A symlink makes a path's content depend on another path: changed files no longer say what changed.
+    has_symlinks: bool = False
+    # The repository's `.fluxwarden.yaml`: configuration, not source, so read whatever `.sourceignore`
+    # says (a `/*` that keeps only the manifest directories must not hide it). None: there is none.
+    config_text: str | None = field(default=None, compare=False)
+    config_error: str | None = field(default=None, compare=False)  # why it could not be read
+
+    def read_config(self) -> str | None:
+        """The `.fluxwarden.yaml` text (None: there is none); a ConfigError when it could not be read."""
+        if self.config_error is not None:
+            raise ConfigError(self.config_error)
+        return self.config_text
+
+    def path(self, rel: str) -> Path:
+        """The snapshot path of a repo-relative path (already normalised and inside the repo)."""
+        return self.root / rel if rel else self.root
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        """A file's content, or None when it is not in the snapshot."""
+        if self.tree is not None:
+            return self.tree.read(rel)
+        try:
+            return self.path(rel).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def read_text(self, rel: str) -> str | None:
+        """A file's text, or None when it is not in the snapshot."""
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def is_dir(self, rel: str) -> bool:
+        return rel in self.tree.dirs if self.tree is not None else self.path(rel).is_dir()
+
+    def is_file(self, rel: str) -> bool:
+        return rel in self.tree.files if self.tree is not None else self.path(rel).is_file()
+
+    def exists(self, rel: str) -> bool:
+        return (self.is_dir(rel) or self.is_file(rel)) if self.tree is not None else self.path(rel).exists()
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        """Sorted (sub-directory names, other entry names) of a directory; symlinked directories in neither.
+
+        Like Go's filepath.Walk (and os.walk): a symlink to a directory is not descended into.
+        """
+        if self.tree is not None:
+            return self.tree.list_dir(rel)
+        dirs, files = [], []
+        try:
+            entries = sorted(os.scandir(self.path(rel)), key=lambda e: e.name)
+        except OSError:
+            return [], []
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.is_symlink():
+                    dirs.append(entry.name)
+            else:
+                files.append(entry.name)
+        return dirs, files
+
+    def has_kustomization(self, rel: str) -> bool:
+        """Whether a directory has its own kustomization file (so Flux does not generate one)."""
+        return any(self.is_file(posixpath.join(rel, name) if rel else name) for name in KUSTOMIZATION_FILES)
+
+    def file_digest(self, rel: str) -> str | None:
+        """The git blob id of a file's content; None when it is not a file of the snapshot."""
+        if self.tree is not None:
+            entry = self.tree.files.get(rel)
+            return entry.oid if entry else None
+        data = self.read_bytes(rel)
+        return None if data is None else blob_id(data)
+
+    def entries(self, rel: str) -> list[str]:
+        """Every entry name of a directory, symlinks included (what a build next to it could name)."""
+        if self.tree is not None:
+            dirs, files = self.tree.list_dir(rel)
+            return dirs + files
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except OSError:
+            return []
+
+    def real_path(self, rel: str) -> str | None:
+        """The repo path `rel` lands on once symlinks are resolved (None: outside the repo).
+
+        kustomize roots every kustomization it loads at its symlink-free path
+        (kyaml filesys ConfirmDir → EvalSymlinks), so the paths in it are relative to where it really is.
+        """
+        if not self.has_symlinks:
+            return rel
+        real = os.path.realpath(self.path(rel))
+        root = os.path.realpath(self.root)
+        if real == root:
+            return ""
+        return real[len(root) + 1 :].replace(os.sep, "/") if real.startswith(root + os.sep) else None
+
+    def materialize(self, dirs: Iterable[str], files: Iterable[str] = ()) -> None:
+        """Make sure kustomize finds `files` and everything below `dirs` on disk (a copy is already there)."""
+        if self.tree is not None:
+            self.tree.materialize(dirs, files)
+
+    def to_repo_path(self, absolute: str) -> str | None:
+        """Map an absolute snapshot path back to a repo-relative one; None when outside the repo."""
+        rel = os.path.relpath(absolute, self.root)
+        return None if rel.startswith("..") else ("" if rel == "." else rel.replace(os.sep, "/"))
+
+
+def normalise_repo_path(path: str) -> str | None:
+    """Normalise a path written in the repo (`./apps`, `/apps/`) to `apps`; None when it climbs out."""
+    cleaned = posixpath.normpath("/" + path.strip()).lstrip("/")
+    raw = posixpath.normpath(path.strip().lstrip("/")) if path.strip() else "."
+    if raw == ".." or raw.startswith("../"):
+        return None
+    return "" if cleaned in ("", ".") else cleaned
+
+
+def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES) -> Snapshot:
+    """Copy `source` into `dest/repo` as source-controller would ship it, refusing unsafe paths."""
+    source = source.resolve()
+    root = dest / "repo"
+    root.mkdir(parents=True)
+    rules = IgnoreRules()
+    for pattern in DEFAULT_IGNORE:
+        rules.add(pattern)
+    refused: list[RefusedPath] = []
+    linked: list[str] = []  # symlinks met (kept or refused)
+    count = 0
+
+    def listing(rel_dir: str) -> Iterator[os.DirEntry[str]] | None:
+        src_dir = source / rel_dir if rel_dir else source
+        ignore_file = src_dir / ".sourceignore"
+        if ignore_file.is_file() and not ignore_file.is_symlink() and ignore_file.stat().st_size <= max_file_bytes:
+            for line in ignore_file.read_text(encoding="utf-8", errors="replace").splitlines():
+                rules.add(line, rel_dir)
+        try:
+            return iter(sorted(os.scandir(src_dir), key=lambda e: e.name))
+        except OSError as exc:
+            refused.append(RefusedPath(rel_dir or ".", f"cannot be read ({exc.strerror})"))
+            return None
+
+    # Depth first in name order, with a stack rather than recursion: a PR's 1,000-deep tree must not
+    # reach Python's recursion limit.
+    stack = [("", entries)] if (entries := listing("")) is not None else []
+    while stack:
+        rel_dir, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        count += 1
+        if count > MAX_FILES:
+            refused.append(RefusedPath(rel, f"the repository has more than {MAX_FILES:,} paths"))
+            break
+        if entry.is_symlink():
+            linked.append(rel)
+            _copy_symlink(source, root, rel, entry.path, rules, refused, max_file_bytes)
+            continue
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if rules.ignored(rel, is_dir):
+            continue
+        if is_dir:
+            if len(stack) > MAX_DEPTH:
+                refused.append(RefusedPath(rel, TOO_DEEP))
+                continue
+            (root / rel).mkdir()
+            if (entries := listing(rel)) is not None:
+                stack.append((rel, entries))
+        elif entry.is_file(follow_symlinks=False):
+            size = entry.stat(follow_symlinks=False).st_size
+            if size > max_file_bytes:
+                refused.append(RefusedPath(rel, f"is {size:,} bytes, over the {max_file_bytes:,}-byte limit"))
+                continue
+            _link_or_copy(Path(entry.path), root / rel)
+    try:
+        config, config_error = read_config_text(source, max_file_bytes), None
+    except ConfigError as exc:  # raised when the configuration is used: an explicit one may stand in
+        config, config_error = None, str(exc)
+    return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked), config_text=config, config_error=config_error)
+
+
+def read_config_text(source: Path, max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """The text of a working tree's `.fluxwarden.yaml` (None: absent), within the repository boundary.
+
+    Read apart from the snapshot's copy: it configures the check, Flux never applies it, so the
+    ignore rules that shape the artifact do not apply to it. A symlink may point inside the repo only.
+    """
+    source = source.resolve()
+    path = source / CONFIG_FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    target = Path(os.path.realpath(path))
+    if target != source / CONFIG_FILE and source not in target.parents:
+        raise ConfigError(f"{CONFIG_FILE} is a symlink that resolves outside the repository; not read")
+    if not target.is_file():
+        raise ConfigError(f"{CONFIG_FILE} is not a regular file")
+    try:
+        size = target.stat().st_size
+        if size > max_file_bytes:
+            raise ConfigError(f"{CONFIG_FILE} is {size:,} bytes, over the {max_file_bytes:,}-byte limit")
+        return target.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{CONFIG_FILE} cannot be read ({exc.strerror})") from None
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One line of `git ls-tree -r -t -l`: mode, type, object id, size (None for trees) and path."""
+
+    mode: int
+    kind: str  # blob, tree or commit (a submodule)
+    oid: str
+    size: int | None
+    path: str
+
+
+SYMLINK_MODE = 0o120000
+
+
+@dataclass(frozen=True)
+class TreeListing:
+    """What a commit's snapshot keeps of its tree: the same paths `build_snapshot` would copy."""
+
+    files: Mapping[str, TreeFile]
+    dirs: frozenset[str]
+    refused: tuple[RefusedPath, ...]
+    config: TreeEntry | None = None  # the root `.fluxwarden.yaml`, ignored or not (see Snapshot.config_text)
+
+
+def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], *, max_file_bytes: int = MAX_FILE_BYTES) -> TreeListing | None:
+    """Judge a commit's `git ls-tree` entries like `build_snapshot` judges a copy (ignore rules, limits, odd paths).
+
+    None when the commit has a symlink: where it lands is the filesystem's business, so such a
+    commit is exported and copied by `build_snapshot`, which resolves links on disk.
+    """
+    if any(e.mode == SYMLINK_MODE for e in entries):
+        return None
+    children: dict[str, list[TreeEntry]] = {}
+    for entry in entries:
+        children.setdefault(posixpath.dirname(entry.path), []).append(entry)
+    rules = IgnoreRules()
+    for pattern in DEFAULT_IGNORE:
+        rules.add(pattern)
+    refused: list[RefusedPath] = []
+    files: dict[str, TreeFile] = {}
+    dirs: set[str] = set()
+    count = 0
+
+    def listing(rel_dir: str) -> Iterator[TreeEntry]:
+        entries = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
+        ignore_file = next((e for e in entries if e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore"), None)
+        if ignore_file is not None and (ignore_file.size or 0) <= max_file_bytes:
+            for line in read_blob(ignore_file.oid).decode("utf-8", errors="replace").splitlines():
+                rules.add(line, rel_dir)
+        return iter(entries)
+
+    stack = [("", listing(""))]  # the same walk as build_snapshot's, over git's listing
+    while stack:
+        entry = next(stack[-1][1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        count += 1
+        if count > MAX_FILES:
+            refused.append(RefusedPath(entry.path, f"the repository has more than {MAX_FILES:,} paths"))
+            break
+        if normalise_repo_path(entry.path) != entry.path:
+            # git fsck forbids `..`, `.` and empty components; a hand-made tree may still carry them.
+            refused.append(RefusedPath(entry.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not a plain path inside the repository"))
+            continue
+        is_dir = entry.kind != "blob"
+        if rules.ignored(entry.path, is_dir):
+            continue
+        if is_dir:
+            if len(stack) > MAX_DEPTH:
+                refused.append(RefusedPath(entry.path, TOO_DEEP))
+                continue
+            dirs.add(entry.path)
+            stack.append((entry.path, listing(entry.path)))
+        elif entry.size is not None and entry.size > max_file_bytes:
+            refused.append(RefusedPath(entry.path, f"is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit"))
+        else:
+            files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
+    config = next((e for e in children.get("", ()) if e.path == CONFIG_FILE), None)
+    return TreeListing(files, frozenset(dirs), tuple(refused), config)
+
+
+def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str], bytes], dest: Path) -> Snapshot:
+    """The snapshot of a commit, lazily: its listing, nothing on disk yet."""
+    root = dest / "repo"
+    root.mkdir(parents=True)
+    tree = GitTree(tree_oid, dict(listing.files), set(listing.dirs), read_blob, root)
+    try:
+        config, config_error = _commit_config(listing.config, read_blob), None
+    except ConfigError as exc:
+        config, config_error = None, str(exc)
+    return Snapshot(root=root, refused=listing.refused, tree=tree, config_text=config, config_error=config_error)
+
+
+def _commit_config(entry: TreeEntry | None, read_blob: Callable[[str], bytes], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """A commit's `.fluxwarden.yaml` text (None: absent), judged as `read_config_text` judges a working tree's."""
+    if entry is None:
+        return None
+    if entry.kind != "blob":
+        raise ConfigError(f"{CONFIG_FILE} is not a regular file")
+    if entry.size is not None and entry.size > max_file_bytes:
+        raise ConfigError(f"{CONFIG_FILE} is {entry.size:,} bytes, over the {max_file_bytes:,}-byte limit")
+    return read_blob(entry.oid).decode("utf-8", errors="replace")
+
+
+def _copy_symlink(
+    source: Path,
+    root: Path,
+    rel: str,
+    link_path: str,
+    rules: IgnoreRules,
+    refused: list[RefusedPath],
+    max_file_bytes: int,
+) -> None:
+    """Keep a symlink only when it resolves inside the repo, re-pointed at the snapshot's copy."""
+    target = Path(os.path.realpath(link_path))
+    try:
+        inside = target.relative_to(source)
+    except ValueError:
+        refused.append(RefusedPath(rel, "is a symlink that resolves outside the repository; not read"))
+        return
+    if not target.exists():
+        refused.append(RefusedPath(rel, "is a dangling symlink"))
+        return
+    target_rel = inside.as_posix()
+    if target.is_file() and target.stat().st_size > max_file_bytes:
+        refused.append(RefusedPath(rel, f"points at a file over the {max_file_bytes:,}-byte limit"))
+        return
+    if rules.ignored(rel, target.is_dir()):
+        return
+    link = root / rel
+    if target.is_file():
+        # A file copy, not a link: its content is the repo's, wherever a build reaches it from.
+        _link_or_copy(target, link)
+        return
+    # Re-point relative to the snapshot so kustomize can only ever land inside our copy.
+    os.symlink(os.path.relpath(root / target_rel, link.parent), link)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

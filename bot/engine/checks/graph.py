@@ -1,0 +1,202 @@
+"""Checks on the dependsOn graph itself: cycles, dangling edges, drift between clusters, the tier order file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from bot.engine.checks import CheckContext, check, name_list
+from bot.engine.errors import TierOrderError
+from bot.engine.flux import KUSTOMIZATION_GROUP
+from bot.engine.graph import TierGraph
+from bot.engine.model import Finding, Severity, SourceLocation, TierId
+from bot.adapters.workspace import CONFIG_FILE
+from bot.engine.tierorder import read_tier_order, stale_reasons
+
+
+@check(("dependency-cycle", Severity.ERROR, "dependsOn forms a cycle (the message shows the path)"))
+def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
+    for cycle in ctx.graph.cycles:
+        yield Finding(
+            "dependency-cycle",
+            Severity.ERROR,
+            f"dependsOn forms a cycle: {cycle}; Flux never applies any of these Kustomizations",
+            kustomization=cycle.path[0],
+            location=ctx.tier_location(cycle.path[0]),
+        )
+
+
+@check(("missing-dependency", Severity.ERROR, "dependsOn names a Kustomization the cluster does not have (info when a tier that failed to render may have created it)"))
+def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
+    by_name: dict[str, list[TierId]] = {}
+    for tid in ctx.graph.nodes:
+        by_name.setdefault(tid.name, []).append(tid)
+    hiding: list[TierId] | None = None
+    for tier, dep in ctx.graph.missing_dependencies():
+        hint = ""
+        candidates = by_name.get(dep.name, [])
+        if candidates:
+            # dependsOn[].namespace defaults to the dependent's own namespace (Flux v1 API docs).
+            hint = f"; did you mean {name_list(str(t) for t in candidates)}? (dependsOn namespace defaults to {tier.namespace})"
+            ancestors = [t for t in candidates if ctx.is_ancestor(t, tier)]
+            if ancestors:
+                # Never advise a child to wait for its own parent: with wait: true the parent waits for it too.
+                hint += (
+                    f" — but {name_list(str(t) for t in ancestors)} applies {tier} itself: a dependsOn on it deadlocks "
+                    f"when it has wait: true (each waits for the other); drop the dependsOn instead"
+                )
+        if hiding is None:
+            hiding = _failed_creators(ctx)
+        if hiding:
+            # Knock-on of a failed render: the render-failed finding is the error.
+            yield Finding(
+                "missing-dependency",
+                Severity.INFO,
+                f"{tier} dependsOn {dep}, which this render does not have; it may be one of the Kustomizations of "
+                f"{name_list(str(t) for t in hiding)}, which failed to render (see render-failed){hint}",
+                kustomization=tier,
+                location=ctx.tier_location(tier),
+            )
+            continue
+        yield Finding(
+            "missing-dependency",
+            Severity.ERROR,
+            f"{tier} dependsOn {dep}, which this cluster does not have; it stays DependencyNotReady forever{hint}",
+            kustomization=tier,
+            location=ctx.tier_location(tier),
+        )
+
+
+def _failed_creators(ctx: CheckContext) -> list[TierId]:
+    """Tiers that failed to render and could have applied Flux Kustomizations (whose own children
+    could be anything): the rest of their output is unknown.
+
+    One that reads no file naming the Kustomization API cannot make one; one whose path does not
+    exist makes nothing, in Flux too.
+    """
+    snapshot = ctx.render.snapshot
+    out = []
+    for tid, tier in ctx.render.tiers.items():
+        if not tier.failed or not snapshot.is_dir(tier.spec.path):
+            continue
+        files = [p for p in tier.inputs if snapshot.is_file(p)]
+        if not files or any(KUSTOMIZATION_GROUP in (snapshot.read_text(p) or "") for p in files):
+            out.append(tid)
+    return out
+
+
+@check(("graph-drift", Severity.WARNING, "a tier two clusters both have differs in a way that breaks one: a dependsOn whose target both have, or wait/prune flipped"))
+def graph_drift(ctx: CheckContext) -> Iterator[Finding]:
+    here = ctx.render.cluster
+    ignore = ctx.config.graph_drift_ignore
+    for other, graph in sorted(ctx.other_graphs.items()):
+        for drift in graph_differences(ctx.graph, graph, here, other):
+            if any(rule.covers(drift.tier, drift.field, (here, other), drift.depends_on) for rule in ignore):
+                continue
+            yield Finding("graph-drift", Severity.WARNING, drift.message, kustomization=drift.tier, location=drift.location)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference between two clusters' graphs that can break one of them."""
+
+    tier: TierId
+    field: str  # dependsOn | wait | prune
+    message: str
+    location: SourceLocation | None
+    depends_on: TierId | None = None
+
+
+_IGNORE_HINT = f"(if this is meant, declare it under graph_drift.ignore in {CONFIG_FILE})"
+
+
+def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str) -> Iterator[Drift]:
+    """The differences that break something, for the tiers both clusters have.
+
+    Clusters differ on purpose (a tier only staging has, another path per environment): only a
+    dependsOn edge one cluster lacks although both have its target, and wait/prune flipped, count.
+    """
+    for tid in sorted(set(a.specs) & set(b.specs)):
+        sa, sb = a.specs[tid], b.specs[tid]
+        for has, lacks, has_name, lacks_name in ((sa, sb, a_name, b_name), (sb, sa, b_name, a_name)):
+            for dep in sorted(set(has.depends_on) - set(lacks.depends_on)):
+                if dep in a.specs and dep in b.specs:
+                    yield Drift(
+                        tid,
+                        "dependsOn",
+                        f"{tid} dependsOn {dep} in {has_name} but not in {lacks_name}, which has both: there {tid} can "
+                        f"apply before {dep} is Ready {_IGNORE_HINT}",
+                        lacks.origin or has.origin,
+                        dep,
+                    )
+        if sa.wait != sb.wait:
+            waits, loose = (a_name, b_name) if sa.wait else (b_name, a_name)
+            yield Drift(
+                tid,
+                "wait",
+                f"{tid} has wait: true in {waits} but not in {loose}: there it is Ready as soon as it is applied, so "
+                f"the tiers that depend on it can start before its objects are healthy {_IGNORE_HINT}",
+                sa.origin,
+            )
+        if sa.prune != sb.prune:
+            prunes, keeps = (a_name, b_name) if sa.prune else (b_name, a_name)
+            yield Drift(
+                tid,
+                "prune",
+                f"{tid} has prune: true in {prunes} but not in {keeps}: there objects removed from git stay on the "
+                f"cluster, and a change that moves objects between tiers behaves differently {_IGNORE_HINT}",
+                sa.origin,
+            )
+
+
+@check(("tier-order-stale", Severity.WARNING, "the tier order list misses a tier or lists one before a tier it depends on"))
+def tier_order_stale(ctx: CheckContext) -> Iterator[Finding]:
+    setting = ctx.config.tier_order
+    if setting is None:
+        return
+    text = ctx.render.snapshot.read_text(setting.file)
+    where = SourceLocation(setting.file)
+    if text is None:
+        yield Finding("tier-order-stale", Severity.WARNING, f"tier order file {setting.file} is not in the repository", location=where)
+        return
+    try:
+        order = read_tier_order(text, setting.variable)
+    except TierOrderError as exc:
+        yield Finding("tier-order-stale", Severity.WARNING, f"{setting.file}: {exc}", location=where)
+        return
+    entry = ctx.render_entry
+    # One list serves every cluster (bootstrap scripts take the cluster as an argument), so it is
+    # judged against the union of the clusters' graphs, as `fluxwarden tier-order` computes it.
+    deps: dict[str, set[str]] = {}
+    tiers: list = []
+    for graph in (ctx.graph, *ctx.other_graphs.values()):
+        for t in graph.nodes:
+            if t == entry:
+                continue
+            tiers.append(t)
+            deps.setdefault(t.name, set()).update(d.name for d in graph.deps[t] if d != entry)
+    lines = {e.name: e.line for e in order.entries}
+    for reason in stale_reasons(order.names, deps):
+        tier = next((t for t in tiers if t.name == reason.tier), None)
+        yield Finding(
+            "tier-order-stale",
+            Severity.WARNING,
+            f"{setting.file} {setting.variable}: {reason.detail}",
+            kustomization=tier,
+            location=SourceLocation(setting.file, lines.get(reason.tier, order.line)),
+        )
+
+
+@check(("health-check-deadlock", Severity.ERROR, "a tier's wait or healthChecks cover an object that only a tier depending on it applies (or a child Kustomization that dependsOn it): neither ever becomes Ready"))
+def health_check_deadlock(ctx: CheckContext) -> Iterator[Finding]:
+    for tier, outcome in sorted(ctx.cold_start.tiers.items()):
+        if outcome.reason != "deadlock":
+            continue
+        yield Finding(
+            "health-check-deadlock",
+            Severity.ERROR,
+            f"on a cold start {tier} never becomes Ready: {outcome.blocked_by}. Health-check only what {tier} applies "
+            f"itself or what its dependencies apply, or drop the dependsOn that points back",
+            kustomization=tier,
+            location=ctx.tier_location(tier),
+        )

@@ -1,0 +1,436 @@
+"""`.fluxwarden.yaml`: where each cluster starts, which source is this repo, the tier order file."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from bot.engine.errors import ConfigError, InputError
+from bot.engine.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
+from bot.engine.generate import KustomizationIndex
+from bot.engine.model import Manifest, ObjectRef, SourceRef, TierId
+from bot.adapters.workspace import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
+from bot.engine.yamlio import MAX_FILE_BYTES, load_all, load_one
+
+CLUSTERS_DIR = "clusters"
+
+
+@dataclass(frozen=True)
+class TierOrderConfig:
+    """Where the bootstrap script keeps its tier order list."""
+
+    file: str
+    variable: str
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """`bootstrap:`: what is on the cluster before Flux's first reconcile that discovery cannot see."""
+
+    helmreleases: tuple[str, ...] = ()  # `namespace/name` of HelmReleases in git installed before Flux
+    crds: tuple[str, ...] = ()  # `group/Kind` of CRDs present before Flux
+    manifests: tuple[str, ...] = ()  # repo paths applied before Flux
+
+
+DRIFT_FIELDS = ("dependsOn", "wait", "prune")
+
+
+@dataclass(frozen=True)
+class DriftIgnore:
+    """One intended difference between clusters' graphs (`graph_drift.ignore` entry)."""
+
+    tier: str  # `name` or `namespace/name`, shell-style globs allowed
+    field: str | None = None  # dependsOn | wait | prune; None: every field
+    depends_on: str | None = None  # with field dependsOn: only edges to this tier (same pattern rules)
+    clusters: tuple[str, ...] = ()  # only when one of the compared clusters is listed; empty: any
+
+    def covers(self, tier: TierId, field: str, clusters: tuple[str, str], depends_on: TierId | None = None) -> bool:
+        """Whether this entry declares that difference intended."""
+        if self.clusters and not set(clusters) & set(self.clusters):
+            return False
+        if self.field is not None and self.field != field:
+            return False
+        if not _matches(self.tier, tier):
+            return False
+        return self.depends_on is None or (depends_on is not None and _matches(self.depends_on, depends_on))
+
+
+def _matches(pattern: str, tier: TierId) -> bool:
+    return fnmatch.fnmatchcase(str(tier) if "/" in pattern else tier.name, pattern)
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    """Settings read from the repository's `.fluxwarden.yaml` (all optional)."""
+
+    clusters: Mapping[str, str] = field(default_factory=dict)  # name -> entry path
+    sources: tuple[SourceRef, ...] = (SourceRef("GitRepository", "flux-system", "flux-system"),)
+    tier_order: TierOrderConfig | None = None
+    runtime_crds: tuple[Mapping[str, Any], ...] = ()
+    strict_substitution: bool = False
+    # cluster -> tiers (`name` or `namespace/name`) every change must find Ready there (live preconditions)
+    required_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    graph_drift_ignore: tuple[DriftIgnore, ...] = ()  # differences between clusters that are meant
+    bootstrap: BootstrapConfig = BootstrapConfig()  # declared presence before Flux (see bot/engine/bootstrap.py)
+
+    def is_this_repo(self, source: SourceRef) -> bool:
+        """Whether a Kustomization's sourceRef is the repository being checked."""
+        return source in self.sources
+
+    def digest(self) -> str:
+        """A hash of every setting: cached results of a commit are keyed by it, since the
+        configuration need not come from that commit (`--config`, the working tree's in a review)."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def snapshot_config(snapshot: Snapshot) -> RepoConfig:
+    """The configuration a snapshot carries (its `.fluxwarden.yaml`, read whatever `.sourceignore` says)."""
+    return load_repo_config(snapshot.read_config())
+
+
+def read_config_file(path: Path) -> RepoConfig:
+    """`--config FILE`: a `.fluxwarden.yaml` kept anywhere (the user named it; it is not repository content)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path} is over the {MAX_FILE_BYTES:,}-byte limit")
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror}") from None
+    return load_repo_config(text)
+
+
+def load_repo_config(text: str | None) -> RepoConfig:
+    """Parse `.fluxwarden.yaml`; a missing file gives the defaults."""
+    if text is None:
+        return RepoConfig()
+    try:
+        doc = load_one(text, CONFIG_FILE) or {}
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{CONFIG_FILE} must be a mapping")
+    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap"}
+    if unknown:
+        raise ConfigError(f"{CONFIG_FILE}: unknown key(s) {', '.join(sorted(unknown))}")
+    return RepoConfig(
+        clusters=_clusters(doc.get("clusters") or {}),
+        sources=_sources(doc),
+        tier_order=_tier_order(doc.get("tier_order")),
+        runtime_crds=tuple(_list(doc, "runtime_crds")),
+        strict_substitution=bool(doc.get("strict_substitution", False)),
+        required_tiers=_required_tiers(doc.get("clusters") or {}),
+        graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
+        bootstrap=_bootstrap(doc.get("bootstrap")),
+    )
+
+
+def _list(doc: Mapping[str, Any], key: str) -> list[Any]:
+    value = doc.get(key) or []
+    if not isinstance(value, list):
+        raise ConfigError(f"{CONFIG_FILE}: `{key}` must be a list")
+    return value
+
+
+def _clusters(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{CONFIG_FILE}: `clusters` must map a cluster name to {{path: DIR}}")
+    out = {}
+    for name, spec in raw.items():
+        path = spec.get("path") if isinstance(spec, dict) else spec
+        if not isinstance(path, str):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} needs `path: DIR`")
+        normal = normalise_repo_path(path)
+        if normal is None:
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} path {path!r} climbs out of the repository")
+        out[str(name)] = normal
+    return out
+
+
+def _required_tiers(raw: Any) -> dict[str, tuple[str, ...]]:
+    """`clusters: {prod: {path: ..., required_tiers: [platform-config]}}`: tiers checked live on every change."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        tiers = spec.get("required_tiers") if isinstance(spec, dict) else None
+        if tiers is None:
+            continue
+        if not isinstance(tiers, list) or not all(isinstance(t, str) and t.strip() for t in tiers):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `required_tiers` must be a list of tier names")
+        out[str(name)] = tuple(t.strip() for t in tiers)
+    return out
+
+
+def _graph_drift(raw: Any) -> tuple[DriftIgnore, ...]:
+    """`graph_drift: {ignore: [{tier, field?, dependsOn?, clusters?}]}`: differences that are meant."""
+    if raw is None:
+        return ()
+    where = f"{CONFIG_FILE}: `graph_drift`"
+    if not isinstance(raw, dict) or set(raw) - {"ignore"}:
+        raise ConfigError(f"{where} must be a mapping with one key, `ignore`")
+    entries = raw.get("ignore") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}.ignore must be a list")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) - {"tier", "field", "dependsOn", "clusters"}:
+            raise ConfigError(f"{where}.ignore: each entry is a mapping of `tier` and optional `field`, `dependsOn`, `clusters`")
+        tier, fld, dep, clusters = entry.get("tier"), entry.get("field"), entry.get("dependsOn"), entry.get("clusters") or []
+        if not isinstance(tier, str) or not tier.strip():
+            raise ConfigError(f"{where}.ignore: each entry needs `tier` (a name or namespace/name; globs allowed)")
+        if fld is not None and fld not in DRIFT_FIELDS:
+            raise ConfigError(f"{where}.ignore: `field` is one of {', '.join(DRIFT_FIELDS)} (got {fld!r})")
+        if dep is not None and (not isinstance(dep, str) or not dep.strip() or fld not in (None, "dependsOn")):
+            raise ConfigError(f"{where}.ignore: `dependsOn` names one tier (and implies field dependsOn)")
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise ConfigError(f"{where}.ignore: `clusters` must be a list of cluster names")
+        out.append(DriftIgnore(tier.strip(), "dependsOn" if dep is not None else fld, dep.strip() if dep else None, tuple(clusters)))
+    return tuple(out)
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _bootstrap(raw: Any) -> BootstrapConfig:
+    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path]}`."""
+    if raw is None:
+        return BootstrapConfig()
+    where = f"{CONFIG_FILE}: `bootstrap`"
+    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests"}:
+        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds` and `manifests` (lists)")
+    lists = {}
+    for key in ("helmreleases", "crds", "manifests"):
+        value = raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise ConfigError(f"{where}.{key} must be a list of strings")
+        lists[key] = [v.strip() for v in value]
+    for ref in lists["helmreleases"]:
+        namespace, _, name = ref.partition("/")
+        if not (_NAME.fullmatch(namespace) and _NAME.fullmatch(name)):
+            raise ConfigError(f"{where}.helmreleases: {ref!r} is not `namespace/name` of a HelmRelease")
+    for ref in lists["crds"]:
+        group, _, kind = ref.rpartition("/")
+        if not group or "." not in group or "/" in group or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", kind):
+            raise ConfigError(f"{where}.crds: {ref!r} is not `group/Kind` (e.g. cert-manager.io/ClusterIssuer)")
+    manifests = []
+    for path in lists["manifests"]:
+        normal = normalise_repo_path(path)
+        if normal is None:
+            raise ConfigError(f"{where}.manifests: {path!r} climbs out of the repository")
+        manifests.append(normal)
+    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests))
+
+
+def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:
+    raw = doc.get("sources") or ([doc["source"]] if doc.get("source") else None)
+    if not raw:
+        return RepoConfig.sources
+    out = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise ConfigError(f"{CONFIG_FILE}: each source needs `name` (and optional `kind`, `namespace`)")
+        out.append(SourceRef(entry.get("kind", "GitRepository"), entry["name"], entry.get("namespace", "flux-system")))
+    return tuple(out)
+
+
+def _tier_order(raw: Any) -> TierOrderConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("file"), str) or not isinstance(raw.get("variable"), str):
+        raise ConfigError(f"{CONFIG_FILE}: `tier_order` needs `file` and `variable`")
+    path = normalise_repo_path(raw["file"])
+    if path is None:
+        raise ConfigError(f"{CONFIG_FILE}: tier_order file {raw['file']!r} climbs out of the repository")
+    return TierOrderConfig(file=path, variable=raw["variable"])
+
+
+def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
+    """The entry path of a cluster: from config, else as discovered (see `known_clusters`), else `clusters/<name>`."""
+    if name in config.clusters:
+        return config.clusters[name]
+    discovery = _discovery(config, snapshot) if not config.clusters else None
+    if discovery is not None and name in discovery.clusters:
+        return discovery.clusters[name]
+    if "/" not in name and name not in ("", ".", "..") and snapshot.is_dir(f"{CLUSTERS_DIR}/{name}"):
+        if discovery is not None and (applied_by := discovery.spokes.get(f"{CLUSTERS_DIR}/{name}")):
+            known = ", ".join(sorted(discovery.clusters)) or "none found"
+            raise ConfigError(f"{CLUSTERS_DIR}/{name} is not a cluster entry: {applied_by} (known clusters: {known})")
+        return f"{CLUSTERS_DIR}/{name}"
+    known = ", ".join(sorted(known_clusters(config, snapshot))) or "none found"
+    raise ConfigError(f"unknown cluster {name!r} (known: {known})")
+
+
+def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
+    """Every cluster of the repo: the configured ones, else the entries found in it.
+
+    Found: each `clusters/<name>` that no sibling includes and no Kustomization outside it applies
+    (a hub's spoke); the path of a FluxInstance's `sync` (an object, a flux-instance HelmRelease, or
+    the chart's values file); a Kustomization that applies the directory it is written in (gotk-sync);
+    a directory holding `flux-system/gotk-sync.yaml` (`flux bootstrap`'s layout); else a `…/flux/cluster`
+    directory. Named `<name>` for `…/clusters/<name>`, `default` for the only entry of the repository,
+    else after the path's telling parts (`kubernetes/main/flux/cluster` → `main`).
+    """
+    if config.clusters:
+        return dict(config.clusters)
+    return dict(_discovery(config, snapshot).clusters)
+
+
+@dataclass(frozen=True)
+class _Discovery:
+    """The cluster entries found in a repository, and the `clusters/<x>` folders that are another cluster's spokes."""
+
+    clusters: Mapping[str, str]  # name -> entry path
+    spokes: Mapping[str, str]  # clusters/<x> -> what applies it
+
+
+@dataclass(frozen=True)
+class _FoundKustomization:
+    file: str
+    name: str
+    path: str
+    kube_config: str | None
+
+
+_DISCOVERIES: dict[tuple, _Discovery] = {}
+_MAX_SCANNED_FILES = 50_000
+_GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
+
+
+def _discovery(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+    """What `known_clusters` finds, read once per snapshot."""
+    key = (str(snapshot.root), snapshot.tree.oid if snapshot.tree is not None else None, config.sources)
+    found = _DISCOVERIES.get(key)
+    if found is None:
+        if len(_DISCOVERIES) > 16:
+            _DISCOVERIES.clear()
+        found = _DISCOVERIES[key] = _discover(config, snapshot)
+    return found
+
+
+def _discover(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+    kustomizations, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
+    dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
+    included: set[str] = set()
+    for name in dirs:
+        for kfile in KUSTOMIZATION_FILES:
+            text = snapshot.read_text(f"{CLUSTERS_DIR}/{name}/{kfile}")
+            if text is not None:
+                included.update(d for d in dirs if d != name and f"../{d}" in text)
+    spokes: dict[str, str] = {}
+    for name in dirs:
+        folder = f"{CLUSTERS_DIR}/{name}"
+        for k in kustomizations:
+            if _within(k.path, folder) and not _within(k.file, folder):
+                target = f" to the cluster of {k.kube_config}" if k.kube_config else ""
+                spokes[folder] = f"Kustomization {k.name} in {k.file} applies {k.path}{target}"
+                break
+    # Written sync objects name an entry even inside a folder that looks like a spoke.
+    # A Kustomization that applies itself is a root unless another one applies its directory (an app that lists its own ks.yaml).
+    roots = [
+        k.path for k in kustomizations
+        if not any(o.file != k.file and _within(k.file, o.path) for o in kustomizations) and _applies_itself(k, snapshot)
+    ]
+    found = [*sync_paths, *roots, *bootstrap_dirs]
+    entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
+    entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
+    if not entries:
+        entries = flux_cluster_dirs[:1]
+    names: dict[str, str] = {}
+    for path in entries:
+        parts = path.split("/") if path else []
+        if len(parts) >= 2 and parts[-2] == CLUSTERS_DIR:
+            name = parts[-1]
+        elif len(entries) == 1:
+            name = "default"
+        else:
+            name = "-".join(p for p in parts if p not in _GENERIC_PARTS) or "default"
+        if name in names:
+            name = path.replace("/", "-") or "root"
+        base, n = name, 2
+        while name in names:
+            name, n = f"{base}-{n}", n + 1
+        names[name] = path
+    return _Discovery(names, spokes)
+
+
+def _applies_itself(kustomization: _FoundKustomization, snapshot: Snapshot) -> bool:
+    """Whether a Kustomization's build includes the file that defines it (gotk-sync): a cluster's root.
+
+    An app's `ks.yaml` next to the files it applies is not one: its directory's kustomization leaves it out.
+    """
+    if not _within(kustomization.file, kustomization.path):
+        return False
+    return kustomization.file in KustomizationIndex(snapshot).reach(kustomization.path, aliases=False)[1]
+
+
+def _within(path: str, directory: str) -> bool:
+    return directory == "" or path == directory or path.startswith(directory + "/")
+
+
+def _scan(config: RepoConfig, snapshot: Snapshot) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
+    """Every YAML file of the repository, read for Flux Kustomizations on this repository, FluxInstance
+    sync paths and bootstrap directories (text-filtered first: only a few files are parsed)."""
+    kustomizations: list[_FoundKustomization] = []
+    sync_paths: list[str] = []
+    bootstrap_dirs: list[str] = []
+    flux_cluster_dirs: list[str] = []
+    stack = [""]
+    seen = 0
+    while stack and seen < _MAX_SCANNED_FILES:
+        directory = stack.pop()
+        subdirs, names = snapshot.list_dir(directory)
+        stack.extend(posixpath.join(directory, d) if directory else d for d in reversed(subdirs))
+        if posixpath.basename(directory) == "cluster" and posixpath.basename(posixpath.dirname(directory)) == "flux":
+            flux_cluster_dirs.append(directory)
+        if posixpath.basename(directory) == "flux-system" and "gotk-sync.yaml" in names:
+            bootstrap_dirs.append(posixpath.dirname(directory))
+        for name in names:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            seen += 1
+            rel = posixpath.join(directory, name) if directory else name
+            text = snapshot.read_text(rel) or ""
+            if "kustomize.toolkit.fluxcd.io" not in text and "sync:" not in text:
+                continue
+            try:
+                docs = load_all(text, rel)
+            except InputError:
+                continue
+            for doc in docs:
+                if isinstance(doc, dict):
+                    _read_doc(config, rel, doc, kustomizations, sync_paths)
+    return kustomizations, sync_paths, bootstrap_dirs, sorted(flux_cluster_dirs)
+
+
+def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_FoundKustomization], sync_paths: list[str]) -> None:
+    """One YAML document of the scan: a Flux Kustomization on this repo, a FluxInstance (object, HelmRelease
+    of the flux-instance chart, or the chart's values file) syncing this repo."""
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    api_version, kind = str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")
+    namespace = str(meta.get("namespace") or "flux-system")
+    if "kind" not in doc and isinstance(doc.get("instance"), dict):  # the chart's values, read by a helmfile or valuesFrom
+        doc = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "metadata": {"name": "values"}, "spec": {"values": doc}}
+        api_version, kind = doc["apiVersion"], doc["kind"]
+    ref = ObjectRef(api_version, kind, namespace, str(meta.get("name") or ""))
+    manifest = Manifest(ref, doc)
+    if is_flux_kustomization(manifest):
+        try:
+            spec = tier_spec(manifest, None)
+        except TierSpecError:
+            return
+        if config.is_this_repo(spec.source):
+            kustomizations.append(_FoundKustomization(rel, str(spec.id), spec.path, spec.kube_config))
+        return
+    sync = operator_sync(manifest)
+    if sync is None:
+        return
+    try:
+        spec = tier_spec(Manifest(ref, sync.kustomization), None)
+    except TierSpecError:
+        return
+    if config.is_this_repo(spec.source):
+        sync_paths.append(spec.path)

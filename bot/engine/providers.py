@@ -1,0 +1,121 @@
+"""Who provides each kind's API in a cluster: built-in, Flux, a CRD in git, a chart, or a controller at run time."""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping
+
+from bot.engine.facts import FactsStore, TierFacts
+from bot.engine.knowledge import ChartRule, KnowledgeBase, RuntimeCrdRule
+from bot.engine.model import GroupKind, Manifest, ObjectRef, TierId
+from bot.pipeline.renderer import ClusterRender
+
+
+class ProviderKind(str, enum.Enum):
+    """How a kind's API comes to exist on the cluster."""
+
+    BUILTIN = "built-in"
+    PREINSTALLED = "flux"
+    CRD = "crd"  # a CustomResourceDefinition rendered from git
+    CHART = "chart"  # a HelmRelease whose chart ships the CRD (created when helm-controller installs it)
+    RUNTIME = "runtime"  # a controller creates the CRD when it reconciles a trigger CR
+    LIVE = "live"  # seen on the live cluster (filled in by the live adapter)
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One way a kind's API is provided; `tier`/`via` say which tier and object bring it."""
+
+    kind: ProviderKind
+    tier: TierId | None = None
+    via: ObjectRef | None = None  # the CRD, HelmRelease or trigger CR
+    description: str = ""
+    trigger_kind: GroupKind | None = None  # for RUNTIME rules whose trigger is not applied anywhere
+
+    @property
+    def at_runtime(self) -> bool:
+        """Whether the CRD appears only after a controller reconciles `via` (not at apply time)."""
+        return self.kind in (ProviderKind.CHART, ProviderKind.RUNTIME)
+
+
+class ProviderIndex:
+    """Resolves a GroupKind to every provider the cluster's render offers."""
+
+    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase, facts: Mapping[TierId, TierFacts] | None = None) -> None:
+        self.knowledge = knowledge
+        self._crds: dict[GroupKind, list[Provider]] = defaultdict(list)
+        self._charts: list[tuple[TierId, ObjectRef, ChartRule]] = []
+        self._triggers: list[tuple[TierId, ObjectRef, RuntimeCrdRule]] = []
+        self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
+        self._live: dict[GroupKind, Provider] = {}
+        if facts is None:
+            facts = FactsStore(knowledge).of_render(render)
+        self.facts = facts
+        oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
+        for tier, tier_facts in facts.items():
+            for defined, ref in tier_facts.crds:
+                self._crds[defined].append(Provider(ProviderKind.CRD, tier, ref, f"CRD {ref.name}"))
+            for manifest in tier_facts.helm_releases:
+                chart = _chart_name(manifest, oci_urls)
+                rule = knowledge.chart_rule(chart) if chart else None
+                if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
+                    self._charts.append((tier, manifest.ref, rule))
+            triggers = [
+                (stub.position, index, stub.ref, rule)
+                for gk, stubs in tier_facts.kinds.items()
+                for index, rule in enumerate(knowledge.triggered_by(gk))
+                for stub in stubs
+            ]
+            self._triggers.extend((tier, ref, rule) for _, _, ref, rule in sorted(triggers, key=lambda t: t[:2]))
+            for derived, ref in tier_facts.derived:
+                self._derived[derived].append(
+                    Provider(ProviderKind.RUNTIME, tier, ref, f"{ref.kind} {ref.name} (defines it at run time)")
+                )
+
+    def learn_live(self, kinds: Mapping[GroupKind, str]) -> None:
+        """Record kinds that exist on the live cluster (with who made them) as providers."""
+        for gk, who in kinds.items():
+            self._live[gk] = Provider(ProviderKind.LIVE, description=who)
+
+    def resolve(self, gk: GroupKind) -> list[Provider]:
+        """Every provider of `gk`; empty when nobody known provides it."""
+        if self.knowledge.is_builtin(gk):
+            return [Provider(ProviderKind.BUILTIN, description="built-in Kubernetes API")]
+        if self.knowledge.is_preinstalled(gk):
+            return [Provider(ProviderKind.PREINSTALLED, description="installed by flux bootstrap")]
+        found = list(self._crds.get(gk, ()))
+        found += [
+            Provider(ProviderKind.CHART, tier, ref, f"chart {rule.chart} of HelmRelease {ref.namespace}/{ref.name}")
+            for tier, ref, rule in self._charts
+            if rule.provides(gk)
+        ]
+        found += [
+            Provider(ProviderKind.RUNTIME, tier, ref, f"{rule.operator}, when it reconciles {ref.kind} {ref.name}")
+            for tier, ref, rule in self._triggers
+            if rule.creates(gk)
+        ]
+        found += self._derived.get(gk, [])
+        if not found:
+            # A known runtime rule whose trigger CR this cluster never applies: say so rather than "unknown".
+            found += [
+                Provider(ProviderKind.RUNTIME, description=rule.operator, trigger_kind=rule.trigger)
+                for rule in self.knowledge.runtime_rules(gk)
+            ]
+        if gk in self._live:
+            found.append(self._live[gk])
+        return found
+
+
+def _chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> str | None:
+    """The chart a HelmRelease installs: `spec.chart.spec.chart`, or the last segment of its chartRef's OCI URL."""
+    spec = manifest.body.get("spec") or {}
+    chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart")
+    if isinstance(chart, str) and chart:
+        return chart.rstrip("/").rsplit("/", 1)[-1]
+    ref = spec.get("chartRef") or {}
+    if ref.get("kind") == "OCIRepository":
+        url = oci_urls.get((ref.get("namespace") or manifest.ref.namespace, ref.get("name")), "")
+        return url.rstrip("/").rsplit("/", 1)[-1] or None
+    return None

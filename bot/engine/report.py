@@ -1,0 +1,199 @@
+"""The result of a check, and its text, JSON and Markdown forms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.engine import markdown as md
+from bot.engine.coldstart import ColdStart
+from bot.engine.model import Finding, Severity, SourceRef, TierId, plural
+
+SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    """One Flux Kustomization as the report lists it."""
+
+    id: TierId
+    path: str
+    source: SourceRef
+    depends_on: tuple[TierId, ...]
+    wait: bool
+    prune: bool
+    objects: int
+    rendered: bool
+    source_path: str | None = None  # the path inside an ExternalArtifact that `path` maps onto
+    kube_config: str | None = None  # applied to another cluster: its spec.kubeConfig
+    defined_in: TierId | None = None  # the Kustomization that applies it (None for the cluster entry)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.id.name,
+            "namespace": self.id.namespace,
+            "path": self.path,
+            "dependsOn": [str(d) for d in self.depends_on],
+            "wait": self.wait,
+            "prune": self.prune,
+            "objects": self.objects,
+        }
+        if self.source_path is not None:
+            out["source"] = {"ref": str(self.source), "path": self.source_path}
+        if self.kube_config is not None:
+            out["kubeConfig"] = self.kube_config
+        return out
+
+    def where(self) -> str:
+        """`./path`, with the artifact path it maps from and the cluster it applies to when they are not the obvious ones."""
+        text = f"./{self.path}"
+        if self.source_path is not None:
+            text += f" (./{self.source_path} of {self.source})"
+        if self.kube_config is not None:
+            text += f" → cluster of {self.kube_config}"
+        return text
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Everything `fluxwarden check` found for one cluster."""
+
+    cluster: str
+    entry: str
+    tiers: tuple[TierSummary, ...]
+    order: tuple[TierId, ...]
+    findings: tuple[Finding, ...]
+    cold_start: ColdStart | None = None  # the simulated cold start (bot/engine/coldstart.py)
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    @property
+    def errors(self) -> int:
+        return self.count(Severity.ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return self.count(Severity.WARNING)
+
+    @property
+    def verdict(self) -> Severity | None:
+        """The worst severity among error/warning findings; None when clean."""
+        if self.errors:
+            return Severity.ERROR
+        if self.warnings:
+            return Severity.WARNING
+        return None
+
+    @property
+    def objects(self) -> int:
+        return sum(t.objects for t in self.tiers)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cluster": self.cluster,
+            "kustomizations": [t.to_json() for t in self.tiers],
+            "findings": [f.to_json() for f in self.findings],
+        }
+        if self.cold_start is not None:
+            out["cold_start"] = self.cold_start.to_json()
+        return out
+
+
+def listing_order(report: CheckReport) -> list[TierId]:
+    """The tiers as listed: each after the Kustomization that applies it and after its dependencies,
+    otherwise in the report's apply order (tiers on a cycle keep their place at the end)."""
+    position = {tid: i for i, tid in enumerate(report.order)}
+    by_id = {t.id: t for t in report.tiers}
+    before = {
+        tid: {d for d in (*t.depends_on, t.defined_in) if d is not None and d in by_id and d != tid}
+        for tid, t in by_id.items()
+    }
+    out: list[TierId] = []
+    placed: set[TierId] = set()
+    pending = sorted(by_id, key=lambda t: position.get(t, len(position)))
+    while pending:
+        ready = [t for t in pending if before[t] <= placed]
+        if not ready:  # a cycle (a tier depending on its own child, or dependsOn): the rest as they were
+            out.extend(pending)
+            break
+        out.append(ready[0])
+        placed.add(ready[0])
+        pending.remove(ready[0])
+    return out
+
+
+def verdict_line(report: CheckReport) -> str:
+    """`✅ prod: 6 tiers, 41 objects, no findings` or the same with counts."""
+    icon = SEVERITY_ICON.get(report.verdict, "✅") if report.verdict else "✅"
+    parts = []
+    if report.errors:
+        parts.append(plural(report.errors, "error"))
+    if report.warnings:
+        parts.append(plural(report.warnings, "warning"))
+    summary = ", ".join(parts) if parts else "no errors or warnings"
+    return f"{icon} {report.cluster}: {summary} ({plural(len(report.tiers), 'tier')}, {plural(report.objects, 'object')})"
+
+
+def format_text(report: CheckReport) -> str:
+    """Plain text for a terminal: verdict, findings (errors first), then the tier order."""
+    lines = [verdict_line(report), ""]
+    for finding in report.findings:
+        where = f"  {finding.location}" if finding.location else ""
+        scope = " ".join(str(x) for x in (finding.kustomization, finding.object) if x)
+        lines.append(f"{finding.severity.value.upper():7} {finding.check}  {scope}{where}")
+        lines.append(f"        {finding.message}")
+    if report.findings:
+        lines.append("")
+    lines.append(f"tiers of {report.cluster} (entry {report.entry or '.'}), in apply order:")
+    by_id = {t.id: t for t in report.tiers}
+    for tier_id in listing_order(report):
+        tier = by_id[tier_id]
+        flags = ", ".join(flag for flag, on in (("wait", tier.wait), ("prune", tier.prune)) if on)
+        deps = f" ← {', '.join(str(d) for d in tier.depends_on)}" if tier.depends_on else ""
+        content = plural(tier.objects, "object") if tier.rendered else "not rendered"
+        lines.append(f"  {tier_id}  {tier.where()}  {content}{' [' + flags + ']' if flags else ''}{deps}")
+    if report.cold_start is not None and report.cold_start.tiers:
+        lines += ["", f"cold start: {report.cold_start.timeline()}"]
+    return "\n".join(lines) + "\n"
+
+
+def format_location(finding: Finding, link_base: str | None) -> str:
+    """A Markdown `file:line` for a table cell (a link when we know the blob URL base)."""
+    if not finding.location:
+        return ""
+    text = md.code(finding.location, table=True)
+    if link_base:
+        anchor = f"#L{finding.location.line}" if finding.location.line else ""
+        return f"[{text}]({link_base.rstrip('/')}/{md.url_path(finding.location.file)}{anchor})"
+    return text
+
+
+def findings_table(findings: tuple[Finding, ...] | list[Finding], link_base: str | None = None) -> str:
+    """The findings as a Markdown table, errors first."""
+    rows = ["| | check | tier | object | where | message |", "|---|---|---|---|---|---|"]
+    for f in findings:
+        rows.append(
+            f"| {SEVERITY_ICON[f.severity]} | `{f.check}` | {md.text(f.kustomization or '')} | "
+            f"{md.text(f.object or '')} | {format_location(f, link_base)} | {md.rich(f.message, table=True)} |"
+        )
+    return "\n".join(rows)
+
+
+def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
+    """Markdown for a PR comment or a CI summary."""
+    parts = [f"### {md.text(verdict_line(report))}", ""]
+    if report.findings:
+        parts += [findings_table(report.findings, link_base), ""]
+    if report.cold_start is not None and report.cold_start.tiers:
+        parts += [md.text(f"Cold start: {report.cold_start.timeline()}"), ""]
+    parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
+    by_id = {t.id: t for t in report.tiers}
+    for tier_id in listing_order(report):
+        t = by_id[tier_id]
+        parts.append(
+            f"| {md.text(t.id)} | {md.code(t.where(), table=True)} | {t.objects if t.rendered else 'not rendered'} | "
+            f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {md.text(', '.join(str(d) for d in t.depends_on))} |"
+        )
+    parts += ["", "</details>", ""]
+    return "\n".join(parts)

@@ -1,0 +1,1 @@
+"""Runs the engine on real inputs: the render session, the renderer and its memos, the use cases."""

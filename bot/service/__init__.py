@@ -1,0 +1,1 @@
+"""The long-running service and the CLI: settings, run queue, leader election, HTTP app, composition root."""

@@ -1,0 +1,236 @@
+"""`fluxwarden serve`: wire config, GitHub, git mirrors, the run queue and the HTTP edge together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from aiohttp import web
+
+from bot.pipeline.check import CheckOptions
+from bot.engine.errors import FluxwardenError
+from bot.adapters.github import GitHubAdapter
+from bot.adapters.git import Mirrors
+from bot.adapters.kustomize import allow_builds, locate_kustomize, stop_builds
+from bot.service.metrics import new_metrics
+from bot.service.runs import RunQueue
+from bot.service.server import Readiness, WebhookApp
+from bot.service.settings import ServiceConfig
+from handlers.context import BotContext
+from handlers.precheck import PrecheckRunner
+from bot.service.claims import CLAIM_GRACE
+from handlers.restart import resume_pending, sweep_own
+
+log = logging.getLogger(__name__)
+SHUTDOWN_TIMEOUT = 10.0  # seconds aiohttp waits for HTTP requests in progress on SIGTERM (webhooks answer at once)
+THREADS_GRACE = 10.0  # seconds the review threads of cancelled runs get to end once their builds are killed
+STALE_WORK_DIR_MIN = 1800.0  # a /tmp/fluxwarden-* directory is stale after max(2 × run_timeout, this)
+
+
+@dataclass
+class Service:
+    """A configured service: its context, readiness and HTTP application."""
+
+    bot: BotContext
+    readiness: Readiness
+    webhook: WebhookApp
+    drift: Any = None  # bot.scheduler.DriftScheduler: scheduled drift reports (None: no cluster has them)
+    leader: Any = None  # bot.leader.LeaderElector when leader_election.enabled (docs/high-availability.md)
+    _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica runs scheduled jobs: always without leader election (a single replica)."""
+        return self.leader.is_leader if self.leader is not None else True
+
+    def app(self) -> web.Application:
+        app = self.webhook.app()
+        app.on_startup.append(self._startup)
+        app.on_startup.append(self._start_leader)
+        app.on_shutdown.append(self._stop_leader)  # before on_cleanup cancels runs: jobs stop, the Lease is released
+        app.on_startup.append(self._start_drift)
+        app.on_startup.append(self._start_sweep)
+        app.on_shutdown.append(self._stop_sweep)
+        app.on_cleanup.append(self._stop_drift)
+        app.on_cleanup.append(self._stop_builds)  # last: the runs are cancelled by now, their results unwanted
+        return app
+
+    async def _stop_builds(self, _: web.Application) -> None:
+        """Kill the kustomize builds of the cancelled runs, so that their threads end and the process exits
+        within the pod's grace period, instead of building every remaining tier first."""
+        killed = stop_builds()
+        deadline = time.monotonic() + THREADS_GRACE
+        while self.bot.runner.reviewing and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        log.info("shutdown: %d kustomize build(s) killed, %d review thread(s) still running", killed, self.bot.runner.reviewing)
+        allow_builds()  # this process is done; an in-process successor (tests) builds again
+
+    async def _start_sweep(self, _: web.Application) -> None:
+        """Without leader election this replica is alone: it sweeps its own stale pending statuses."""
+        config = self.bot.config
+        if self.leader is None and config.leader_election.sweep_seconds > 0:
+            stale_after = config.limits.run_timeout + CLAIM_GRACE
+            self._sweeper = asyncio.get_running_loop().create_task(
+                sweep_own(self.bot, config.leader_election.sweep_seconds, stale_after), name="sweep pending prechecks"
+            )
+
+    async def _stop_sweep(self, _: web.Application) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+
+    async def _start_drift(self, _: web.Application) -> None:
+        if self.drift is not None:
+            self.drift.start()
+
+    async def _stop_drift(self, _: web.Application) -> None:
+        if self.drift is not None:
+            self.drift.shutdown()
+
+    async def _start_leader(self, _: web.Application) -> None:
+        if self.leader is not None:
+            self.leader.start()
+
+    async def _stop_leader(self, _: web.Application) -> None:
+        if self.leader is not None:
+            await self.leader.stop()
+
+    async def _startup(self, _: web.Application) -> None:
+        await check_readiness(self.bot, self.readiness)
+        if self.readiness.checks.get("github") is None:
+            plans = await resume_pending(self.bot)
+            if plans:
+                log.info("re-running %d precheck(s) left pending by a previous process", len(plans))
+
+
+def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *, should_run: Callable[[], bool] | None = None) -> Service:
+    """Everything the service needs, from its config (the GitHub adapter can be injected for tests).
+
+    `should_run` gates scheduled jobs (drift reports): leader election passes `elector.is_leader`."""
+    metrics = new_metrics()
+    adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
+    queue = RunQueue(config.limits.workers, config.limits.queue)
+    runner = PrecheckRunner(
+        github=adapter,
+        git=Mirrors(config.cache_dir / "mirrors"),
+        queue=queue,
+        metrics=metrics,
+        cache_dir=config.cache_dir / "builds",
+        options=CheckOptions(timeout=config.limits.kustomize_timeout),
+        run_timeout=config.limits.run_timeout,
+        final_retry=config.limits.final_retry_seconds,
+        target_url=config.public_url,
+        service_config=config,
+    )
+    bot = BotContext(config=config, github=adapter, runner=runner, metrics=metrics)
+    readiness = Readiness()
+    leader = None
+    if config.leader_election.enabled:
+        leader = _high_availability(bot, config)
+        if should_run is None:
+            should_run = lambda: leader.is_leader  # noqa: E731
+    from handlers.drift import build_drift_scheduler
+
+    service = Service(bot, readiness, WebhookApp(bot, readiness), drift=build_drift_scheduler(bot, should_run=should_run))
+    service.leader = leader
+    return service
+
+
+def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.leader.LeaderElector
+    """Several replicas: claim runs on GitHub (bot/service/claims.py) and elect a leader on a Lease (bot/service/leader.py).
+
+    Not part of /readyz: a replica that is not the leader (or cannot reach the Lease) still serves webhooks."""
+    import os
+
+    from bot.service.leader import build_elector, replica_identity
+    from bot.service.claims import Claims, pod_of
+    from handlers.restart import sweep_pending
+
+    election = config.leader_election
+    identity = election.identity or replica_identity()
+    bot.runner.claims = Claims(
+        bot.github, identity, ttl=config.limits.run_timeout + CLAIM_GRACE, pod=pod_of(identity) if os.environ.get("POD_NAME") else None
+    )
+    sweeper: list[asyncio.Task[None]] = []
+
+    def started() -> None:
+        if election.sweep_seconds > 0:
+            sweeper.append(asyncio.get_running_loop().create_task(sweep_pending(bot, election.sweep_seconds), name="sweep pending prechecks"))
+
+    async def stopped() -> None:
+        while sweeper:
+            task = sweeper.pop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    log.info("high availability: replica %s, lease %s", identity, election.name)
+    return build_elector(election, identity, on_started=started, on_stopped=stopped)
+
+
+async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
+    """Config is loaded (we are here), GitHub auth works, a kustomize binary is there."""
+    readiness.checks["config"] = None
+    try:
+        # A real call, not just a configured token: an App mints an installation token, a token user
+        # reads its own permission on the first repository (a 401 or a dead API URL fails here).
+        await asyncio.to_thread(bot.github.installation_token)
+        if bot.config.repos:
+            first = bot.config.repos[0].name
+            await asyncio.to_thread(lambda: bot.github.permission(first, bot.github.bot_login))  # bot_login may call GitHub
+        readiness.checks["github"] = None
+    except FluxwardenError as exc:
+        readiness.checks["github"] = str(exc)
+    try:
+        binary = await asyncio.to_thread(locate_kustomize, bot.runner.options.kustomize)
+        readiness.checks["kustomize"] = None if binary.version != "unknown" else f"{binary.path} did not report a version"
+    except FluxwardenError as exc:
+        readiness.checks["kustomize"] = str(exc)
+
+
+def serve(config: ServiceConfig) -> None:
+    """Run the service until interrupted (SIGTERM: runs cancelled, builds killed, exit within SHUTDOWN_TIMEOUT + THREADS_GRACE)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config.cache_dir.mkdir(parents=True, exist_ok=True)
+    removed = clean_stale_work_dirs(Path(tempfile.gettempdir()), max(2 * config.limits.run_timeout, STALE_WORK_DIR_MIN))
+    if removed:
+        log.info("removed %d stale work directorie(s) a previous process left in %s", len(removed), tempfile.gettempdir())
+    service = build_service(config)
+    web.run_app(service.app(), host=config.host, port=config.port, access_log=None, print=lambda *_: None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+
+
+def clean_stale_work_dirs(tmp: Path, older_than: float) -> list[str]:
+    """Remove the `fluxwarden-*` work directories in `tmp` that a killed process left: ours (same uid), real
+    directories (not symlinks), untouched for `older_than` seconds (longer than any run of ours lasts)."""
+    removed = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith("fluxwarden-"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or now - info.st_mtime < older_than:
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except (OSError, RecursionError) as exc:  # a tree an older version left too deep, or a file in use
+            log.warning("cannot remove stale work directory %s: %s", entry.path, type(exc).__name__)
+            continue
+        removed.append(entry.name)
+    return removed
+
+
+__all__ = ["Service", "build_service", "serve", "Path"]
