@@ -10,7 +10,8 @@ import pytest
 
 from bot.pipeline.check import CheckOptions, check_snapshot
 from bot.adapters.kustomize import locate_kustomize
-from bot.adapters.workspace import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit, normalise_repo_path
+from bot.adapters.workspace import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
+from bot.engine.tree import normalise_repo_path
 from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
 FILES = {

@@ -7,7 +7,6 @@ directory, refusing (with a reason) every path that could read outside the repos
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -18,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from bot.engine.config import RepoConfig, load_repo_config
 from bot.engine.errors import ConfigError
+from bot.engine.generate import build_layout
+from bot.engine.model import TierSpec
+from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
 from bot.engine.yamlio import MAX_FILE_BYTES
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-CONFIG_FILE = ".fluxwarden.yaml"
 
 # source-controller excludes these from every GitRepository artifact
 # (fluxcd/source-controller internal/index + pkg/sourceignore `VCSPatterns` and `getSOPSPatterns`/defaults).
@@ -51,12 +52,6 @@ MAX_DEPTH = 100
 TOO_DEEP = f"is nested more than {MAX_DEPTH} directories deep; not read"
 
 
-@dataclass(frozen=True)
-class RefusedPath:
-    """A repository path left out of the snapshot, and why."""
-
-    path: str  # repo-relative, posix
-    reason: str
 
 
 class IgnoreRules:
@@ -115,9 +110,6 @@ def _glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
-def blob_id(data: bytes) -> str:
-    """git's object id of a file's content: a working-tree file and a committed one key the cache alike."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -203,6 +195,11 @@ class Snapshot:
     # says (a `/*` that keeps only the manifest directories must not hide it). None: there is none.
     config_text: str | None = field(default=None, compare=False)
     config_error: str | None = field(default=None, compare=False)  # why it could not be read
+
+    @property
+    def identity(self) -> tuple[str, str | None]:
+        """Where it is and which commit it reads (None: a working-tree copy)."""
+        return (str(self.root), self.tree.oid if self.tree is not None else None)
 
     def read_config(self) -> str | None:
         """The `.fluxwarden.yaml` text (None: there is none); a ConfigError when it could not be read."""
@@ -304,13 +301,6 @@ class Snapshot:
         return None if rel.startswith("..") else ("" if rel == "." else rel.replace(os.sep, "/"))
 
 
-def normalise_repo_path(path: str) -> str | None:
-    """Normalise a path written in the repo (`./apps`, `/apps/`) to `apps`; None when it climbs out."""
-    cleaned = posixpath.normpath("/" + path.strip()).lstrip("/")
-    raw = posixpath.normpath(path.strip().lstrip("/")) if path.strip() else "."
-    if raw == ".." or raw.startswith("../"):
-        return None
-    return "" if cleaned in ("", ".") else cleaned
 
 
 def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_BYTES) -> Snapshot:
@@ -546,3 +536,26 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copyfile(src, dst)
+
+def read_config_file(path: Path) -> RepoConfig:
+    """`--config FILE`: a `.fluxwarden.yaml` kept anywhere (the user named it; it is not repository content)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path} is over the {MAX_FILE_BYTES:,}-byte limit")
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror}") from None
+    return load_repo_config(text)
+
+
+
+def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str], workdir: Path) -> Path:
+    """Lay out `build_layout`'s mirror under `workdir/repo`; returns the directory to build."""
+    layout = build_layout(snapshot, tier, root, components, reached)
+    mirror = workdir / "repo"
+    build_dir = mirror / layout.root if layout.root else mirror
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for path in layout.links:
+        os.symlink(snapshot.path(path), mirror / path)
+    (mirror / layout.file).write_text(layout.body, encoding="utf-8")
+    return build_dir

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from bot.engine.model import Manifest, SourceRef
-from bot.adapters.workspace import Snapshot, normalise_repo_path
+from bot.engine.tree import RepoTree
+from bot.engine.tree import normalise_repo_path
 
 GENERATOR_GROUP = "source.extensions.fluxcd.io"
 _GLOB = set("*?[]")
@@ -58,7 +59,7 @@ class Placement:
     root: str  # the repository directory the artifact's root corresponds to
 
 
-def generated_artifacts(manifest: Manifest, is_this_repo: Callable[[SourceRef], bool], snapshot: Snapshot) -> dict[tuple[str, str], Artifact]:
+def generated_artifacts(manifest: Manifest, is_this_repo: Callable[[SourceRef], bool], snapshot: RepoTree) -> dict[tuple[str, str], Artifact]:
     """The ExternalArtifacts (namespace, name) an ArtifactGenerator produces, each mapped or with its problem."""
     namespace = manifest.ref.namespace or "flux-system"
     label = f"ArtifactGenerator/{namespace}/{manifest.ref.name}"
@@ -94,7 +95,7 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _copy(op: Any, aliases: Mapping[str, bool], snapshot: Snapshot) -> Copy | str:
+def _copy(op: Any, aliases: Mapping[str, bool], snapshot: RepoTree) -> Copy | str:
     """One copy operation as a repository path → artifact path, or why it is not a plain copy of this repo."""
     if not isinstance(op, dict) or not isinstance(op.get("from"), str) or not isinstance(op.get("to"), str):
         return "has a copy operation without `from` and `to`"

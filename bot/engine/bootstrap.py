@@ -19,7 +19,8 @@ from bot.engine.facts import FactsStore, TierFacts
 from bot.engine.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural as _plural
 from bot.pipeline.renderer import ClusterRender
-from bot.adapters.workspace import CONFIG_FILE, Snapshot, normalise_repo_path
+from bot.engine.tree import RepoTree
+from bot.engine.tree import CONFIG_FILE, normalise_repo_path
 from bot.engine.tierorder import read_tier_order
 from bot.engine.yamlio import load_all
 
@@ -113,7 +114,7 @@ class ScriptRun:
 
 
 def discover_bootstrap(
-    snapshot: Snapshot,
+    snapshot: RepoTree,
     config: RepoConfig,
     render: ClusterRender,
     facts: Mapping[TierId, TierFacts] | None = None,
@@ -182,7 +183,7 @@ def _helm_releases(facts: Mapping[TierId, TierFacts]) -> frozenset[tuple[str, st
     return frozenset((m.ref.namespace, m.ref.name) for tier_facts in facts.values() for m in tier_facts.helm_releases)
 
 
-def _walk(snapshot: Snapshot) -> list[str]:
+def _walk(snapshot: RepoTree) -> list[str]:
     """Every file path of the snapshot (bounded), depth first in name order."""
     out: list[str] = []
     stack = [""]
@@ -248,7 +249,7 @@ def _logical_lines(text: str) -> list[str]:
     return lines + ([pending] if pending else [])
 
 
-def _script_runs(snapshot: Snapshot, paths: list[str], helmfiles: list[str]) -> list[ScriptRun]:
+def _script_runs(snapshot: RepoTree, paths: list[str], helmfiles: list[str]) -> list[ScriptRun]:
     """Every script line that runs a helmfile, with the helmfile it names and how its output is used.
 
     `helmfile … template | yq 'select(.kind == "CustomResourceDefinition")' | kubectl apply` installs
@@ -291,7 +292,7 @@ def _file_argument(args: str) -> str | None:
     return match.group(1).strip("\"'") if match else None
 
 
-def _resolve(snapshot: Snapshot, script: str, target: str, helmfiles: list[str]) -> list[str]:
+def _resolve(snapshot: RepoTree, script: str, target: str, helmfiles: list[str]) -> list[str]:
     """The helmfile(s) a script's `-f` names: variables and `{{ … }}` before it are read as "somewhere"; the tail decides.
 
     `{{ source_directory() }}/helmfile/crds.yaml` in kubernetes/bootstrap/mod.just is
@@ -321,7 +322,7 @@ def _resolve(snapshot: Snapshot, script: str, target: str, helmfiles: list[str])
     return [max(matches, key=lambda h: (len(posixpath.commonpath([h, script])) if "/" in script else 0, -len(h)))]
 
 
-def _default_in(snapshot: Snapshot, directory: str, helmfiles: list[str]) -> list[str]:
+def _default_in(snapshot: RepoTree, directory: str, helmfiles: list[str]) -> list[str]:
     """What `helmfile` reads in `directory` without `-f`: its `helmfile.yaml` (or `.gotmpl`), else every file of its `helmfile.d`.
 
     A directory that is itself a `helmfile.d` (`-f helmfile.d`) is every helmfile in it.
@@ -351,7 +352,7 @@ def untemplate(text: str) -> str:
     return re.sub(r"\{\{[^\n]*(?:\n[^\n]*?)*?\}\}", TEMPLATE, rest)
 
 
-def parse_helmfile(snapshot: Snapshot, path: str, depth: int = 0) -> Helmfile:
+def parse_helmfile(snapshot: RepoTree, path: str, depth: int = 0) -> Helmfile:
     """Read one helmfile (and its `bases:`) as written; raise HelmfileError when it is not YAML even untemplated."""
     text = snapshot.read_text(path)
     if text is None:
@@ -404,7 +405,7 @@ def parse_helmfile(snapshot: Snapshot, path: str, depth: int = 0) -> Helmfile:
     return Helmfile(path, tuple(dict.fromkeys(releases)), include_crds, tuple(dict.fromkeys(hooks)), templated)
 
 
-def _templates_of(snapshot: Snapshot, path: str) -> dict[str, Mapping]:
+def _templates_of(snapshot: RepoTree, path: str) -> dict[str, Mapping]:
     try:
         docs = load_all(untemplate(snapshot.read_text(path) or ""), path)
     except InputError:
@@ -430,7 +431,7 @@ def _inherited(release: Mapping, templates: Mapping[str, Mapping], default_inher
     return merged
 
 
-def _hook_manifests(snapshot: Snapshot, base_dir: str, hooks: Any) -> list[str]:
+def _hook_manifests(snapshot: RepoTree, base_dir: str, hooks: Any) -> list[str]:
     """Repo paths a release's presync/postsync hooks `kubectl apply` (run from the helmfile's directory)."""
     out = []
     for hook in hooks if isinstance(hooks, list) else ():
@@ -456,7 +457,7 @@ def _hook_manifests(snapshot: Snapshot, base_dir: str, hooks: Any) -> list[str]:
 
 
 def _read_helmfile(
-    snapshot: Snapshot,
+    snapshot: RepoTree,
     path: str,
     runs: list[ScriptRun],
     in_git: frozenset[tuple[str, str]],
@@ -547,7 +548,7 @@ def _short(names: list[str] | tuple[str, ...]) -> str:
 # -- distributions ----------------------------------------------------------------------------
 
 
-def _distribution(snapshot: Snapshot, paths: list[str], in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:
+def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:
     """k3s's built-in helm-controller APIs where the repo shows k3s; Talos inline manifests."""
     k3s = next((p for p in paths if any(_K3S.search(part.lower()) for part in p.split("/"))), None)
     if k3s is None:
@@ -640,7 +641,7 @@ def _helm_rendered(objects: list[Mapping], in_git: frozenset[tuple[str, str]], k
 # -- tier order and declarations ----------------------------------------------------------------
 
 
-def _tier_order(snapshot: Snapshot, config: RepoConfig, render: ClusterRender, found: _Found) -> None:
+def _tier_order(snapshot: RepoTree, config: RepoConfig, render: ClusterRender, found: _Found) -> None:
     """The configured tier-order script, when a loop over its list waits for each tier to be Ready.
 
     `for tier in "${TIER_ORDER[@]}"; do … kubectl wait kustomization/$tier --for=condition=Ready`
@@ -683,7 +684,7 @@ def _waits_in_order(text: str, variable: str) -> bool:
     return False
 
 
-def _declared(snapshot: Snapshot, config: RepoConfig, in_git: frozenset[tuple[str, str]], found: _Found) -> None:
+def _declared(snapshot: RepoTree, config: RepoConfig, in_git: frozenset[tuple[str, str]], found: _Found) -> None:
     """`.fluxwarden.yaml` `bootstrap:`: what discovery cannot see, taken as written."""
     declared = config.bootstrap
     if declared.helmreleases:
@@ -737,7 +738,7 @@ def _bundle_crds(url: str, knowledge: KnowledgeBase) -> tuple[set[tuple[str, str
     return set(), set()
 
 
-def _script_applies(snapshot: Snapshot, paths: list[str], knowledge: KnowledgeBase, found: _Found) -> None:
+def _script_applies(snapshot: RepoTree, paths: list[str], knowledge: KnowledgeBase, found: _Found) -> None:
     """Repo paths and CRD bundles a script applies with kubectl: `kubectl apply -f/-k PATH`,
     `kustomize build PATH | … | kubectl apply -f -`; a pipe that keeps only some kinds (`select(.kind == …)`) is left out."""
     for script in paths:
@@ -783,7 +784,7 @@ def _script_applies(snapshot: Snapshot, paths: list[str], knowledge: KnowledgeBa
             found.add("unread", script, f"{_plural(len(unknown), 'manifest URL')} applied by {script} not read (remote: {_short(unknown)}): declare what they install under bootstrap: in .fluxwarden.yaml")
 
 
-def _resolve_path(snapshot: Snapshot, script: str, target: str) -> str | None:
+def _resolve_path(snapshot: RepoTree, script: str, target: str) -> str | None:
     """A local path a script names: next to the script, else from the repository root (variables before it read as either)."""
     tail = re.split(r"\}\}|\$\{[^}]*\}|\$\(?[A-Za-z_][A-Za-z0-9_]*\)?|\)", target)[-1].lstrip("/")
     if not tail or "*" in tail or "$" in tail or "{{" in tail:

@@ -8,15 +8,15 @@ import json
 import posixpath
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from bot.engine.errors import ConfigError, InputError
 from bot.engine.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
 from bot.engine.generate import KustomizationIndex
 from bot.engine.model import Manifest, ObjectRef, SourceRef, TierId
-from bot.adapters.workspace import CONFIG_FILE, KUSTOMIZATION_FILES, Snapshot, normalise_repo_path
-from bot.engine.yamlio import MAX_FILE_BYTES, load_all, load_one
+from bot.engine.tree import RepoTree
+from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, normalise_repo_path
+from bot.engine.yamlio import load_all, load_one
 
 CLUSTERS_DIR = "clusters"
 
@@ -89,20 +89,10 @@ class RepoConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()
 
 
-def snapshot_config(snapshot: Snapshot) -> RepoConfig:
+def snapshot_config(snapshot: RepoTree) -> RepoConfig:
     """The configuration a snapshot carries (its `.fluxwarden.yaml`, read whatever `.sourceignore` says)."""
     return load_repo_config(snapshot.read_config())
 
-
-def read_config_file(path: Path) -> RepoConfig:
-    """`--config FILE`: a `.fluxwarden.yaml` kept anywhere (the user named it; it is not repository content)."""
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"{path} is over the {MAX_FILE_BYTES:,}-byte limit")
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: {exc.strerror}") from None
-    return load_repo_config(text)
 
 
 def load_repo_config(text: str | None) -> RepoConfig:
@@ -248,7 +238,7 @@ def _tier_order(raw: Any) -> TierOrderConfig | None:
     return TierOrderConfig(file=path, variable=raw["variable"])
 
 
-def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
+def cluster_entry(config: RepoConfig, name: str, snapshot: RepoTree) -> str:
     """The entry path of a cluster: from config, else as discovered (see `known_clusters`), else `clusters/<name>`."""
     if name in config.clusters:
         return config.clusters[name]
@@ -264,7 +254,7 @@ def cluster_entry(config: RepoConfig, name: str, snapshot: Snapshot) -> str:
     raise ConfigError(f"unknown cluster {name!r} (known: {known})")
 
 
-def known_clusters(config: RepoConfig, snapshot: Snapshot) -> dict[str, str]:
+def known_clusters(config: RepoConfig, snapshot: RepoTree) -> dict[str, str]:
     """Every cluster of the repo: the configured ones, else the entries found in it.
 
     Found: each `clusters/<name>` that no sibling includes and no Kustomization outside it applies
@@ -300,9 +290,9 @@ _MAX_SCANNED_FILES = 50_000
 _GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
 
 
-def _discovery(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     """What `known_clusters` finds, read once per snapshot."""
-    key = (str(snapshot.root), snapshot.tree.oid if snapshot.tree is not None else None, config.sources)
+    key = (snapshot.identity, config.sources)
     found = _DISCOVERIES.get(key)
     if found is None:
         if len(_DISCOVERIES) > 16:
@@ -311,7 +301,7 @@ def _discovery(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
     return found
 
 
-def _discover(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
+def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     kustomizations, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
     dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
     included: set[str] = set()
@@ -357,7 +347,7 @@ def _discover(config: RepoConfig, snapshot: Snapshot) -> _Discovery:
     return _Discovery(names, spokes)
 
 
-def _applies_itself(kustomization: _FoundKustomization, snapshot: Snapshot) -> bool:
+def _applies_itself(kustomization: _FoundKustomization, snapshot: RepoTree) -> bool:
     """Whether a Kustomization's build includes the file that defines it (gotk-sync): a cluster's root.
 
     An app's `ks.yaml` next to the files it applies is not one: its directory's kustomization leaves it out.
@@ -371,7 +361,7 @@ def _within(path: str, directory: str) -> bool:
     return directory == "" or path == directory or path.startswith(directory + "/")
 
 
-def _scan(config: RepoConfig, snapshot: Snapshot) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
+def _scan(config: RepoConfig, snapshot: RepoTree) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
     """Every YAML file of the repository, read for Flux Kustomizations on this repository, FluxInstance
     sync paths and bootstrap directories (text-filtered first: only a few files are parsed)."""
     kustomizations: list[_FoundKustomization] = []

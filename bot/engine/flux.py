@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from bot.engine.model import HealthCheck, Manifest, SourceLocation, SourceRef, SubstituteFrom, TierId, TierSpec
-from bot.adapters.workspace import normalise_repo_path
+from bot.engine.tree import normalise_repo_path
 
 KUSTOMIZATION_GROUP = "kustomize.toolkit.fluxcd.io"
 FLUX_INSTANCE_GROUP = "fluxcd.controlplane.io"

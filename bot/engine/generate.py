@@ -7,19 +7,17 @@ lands outside the repository (by `../` or through a symlink) is refused instead 
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import yaml
 
 from bot.engine.errors import InputError, InvalidYamlError
 from bot.engine.model import TierSpec
-from bot.adapters.workspace import KUSTOMIZATION_FILES, Snapshot
+from bot.engine.tree import RepoTree
+from bot.engine.tree import KUSTOMIZATION_FILES
 from bot.engine.yamlio import GoQuoting, check_aliases, compose_stream, duplicate_keys, load_all, load_one
 
 # Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
@@ -59,17 +57,18 @@ class KustomizationInfo:
     problems: list[PathProblem] = field(default_factory=list)
     fields: frozenset[str] = frozenset()  # its top-level keys
     references: list[str] = field(default_factory=list)  # what it names, joined to `directory` as kustomize joins (lexically)
+    reading: frozenset[str] = field(default=frozenset(), repr=False, compare=False)  # the directories whose reading led here
 
 
 class KustomizationIndex:
     """Reads kustomization files on demand and answers what a tier's build can reach."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: RepoTree) -> None:
         self.snapshot = snapshot
+        # Render threads share one index. Both memos are plain dicts on purpose: a value is a pure function of
+        # the tree, so two threads that miss together compute the same thing, and dict get/set are atomic.
         self._cache: dict[str, KustomizationInfo] = {}
-        self._lock = threading.Lock()
         self._alias_checked: dict[str, PathProblem | None] = {}
-        self._reading = threading.local()  # directories this thread is reading (a plugin directory may name its own)
 
     def is_generated(self, directory: str) -> bool:
         """Whether Flux (and so we) generate this directory's kustomization."""
@@ -77,20 +76,16 @@ class KustomizationIndex:
 
     def info(self, directory: str) -> KustomizationInfo:
         """Parse (once) the kustomization file of `directory`."""
-        with self._lock:
-            cached = self._cache.get(directory)
+        return self._info(directory, frozenset())
+
+    def _info(self, directory: str, reading: frozenset[str]) -> KustomizationInfo:
+        """`info`, with the directories whose reading led here (a plugin directory may name its own)."""
+        cached = self._cache.get(directory)
         if cached is not None:
             return cached
-        reading: set[str] = self._reading.__dict__.setdefault("dirs", set())
         if directory in reading:  # a cycle: what it reaches is being collected already
             return KustomizationInfo(directory=directory, file=None)
-        reading.add(directory)
-        try:
-            info = self._read(directory)
-        finally:
-            reading.discard(directory)
-        with self._lock:
-            self._cache[directory] = info
+        info = self._cache[directory] = self._read(directory, reading | {directory})
         return info
 
     def reach(
@@ -124,25 +119,23 @@ class KustomizationIndex:
         return [p for p in map(self._alias_problem, sorted(files)) if p is not None]
 
     def _alias_problem(self, rel: str) -> PathProblem | None:
-        with self._lock:
-            if rel in self._alias_checked:
-                return self._alias_checked[rel]
+        if rel in self._alias_checked:
+            return self._alias_checked[rel]
         problem = None
         if rel.endswith((".yaml", ".yml")) or posixpath.basename(rel) in KUSTOMIZATION_FILES:
             try:
                 check_aliases(self.snapshot.read_text(rel) or "", "the file")
             except InputError as exc:
                 problem = PathProblem(rel, "", str(exc))
-        with self._lock:
-            self._alias_checked[rel] = problem
+        self._alias_checked[rel] = problem
         return problem
 
-    def _read(self, directory: str) -> KustomizationInfo:
+    def _read(self, directory: str, reading: frozenset[str]) -> KustomizationInfo:
         name = kustomization_file(self.snapshot, directory)
         if name is None:
             return _generated_info(self.snapshot, directory)
         rel_file = posixpath.join(directory, name) if directory else name
-        info = KustomizationInfo(directory=directory, file=rel_file)
+        info = KustomizationInfo(directory=directory, file=rel_file, reading=reading)
         try:
             doc = load_one(self.snapshot.read_text(rel_file) or "", "the file")
         except InvalidYamlError as exc:
@@ -208,7 +201,7 @@ class KustomizationIndex:
         """A transformers/generators entry that is a directory feeds every object it builds in as a plugin config."""
         dirs, files, _ = self.reach(directory, aliases=False)
         for rel in sorted(dirs):
-            built = self.info(rel)
+            built = self._info(rel, info.reading)
             extra = sorted(f for f in built.fields if f.casefold() not in _PLUGIN_DIR_FIELDS)
             if extra:
                 info.problems.append(
@@ -317,7 +310,7 @@ def _is_inline(text: str) -> bool:
     return bool(documents) and all(isinstance(d, dict) for d in documents) and next(duplicate_keys(text), None) is None
 
 
-def kustomization_file(snapshot: Snapshot, directory: str) -> str | None:
+def kustomization_file(snapshot: RepoTree, directory: str) -> str | None:
     """The name of a directory's kustomization file, in kustomize's order; None when it has none."""
     return next((n for n in KUSTOMIZATION_FILES if snapshot.is_file(posixpath.join(directory, n))), None)
 
@@ -339,7 +332,7 @@ def _references(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield from (("openapi", ref) for ref in _strings(_field(openapi, "path")))
 
 
-def generated_resources(snapshot: Snapshot, directory: str) -> list[str]:
+def generated_resources(snapshot: RepoTree, directory: str) -> list[str]:
     """What Flux's generator lists for a path with no kustomization file (fluxcd/pkg kustomize_generator.go).
 
     Every *.yaml/*.yml below it, recursively; a sub-directory with its own kustomization file is
@@ -362,7 +355,7 @@ def generated_resources(snapshot: Snapshot, directory: str) -> list[str]:
     return out
 
 
-def _generated_info(snapshot: Snapshot, directory: str) -> KustomizationInfo:
+def _generated_info(snapshot: RepoTree, directory: str) -> KustomizationInfo:
     info = KustomizationInfo(directory=directory, file=None)
     if not snapshot.is_dir(directory):
         return info
@@ -392,23 +385,32 @@ _STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.o
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str], workdir: Path) -> Path:
-    """Lay out what kustomize-controller builds for a tier; returns the directory to build.
+@dataclass(frozen=True)
+class BuildLayout:
+    """What kustomize-controller builds for a tier, laid out in a mirror of the repository.
 
     The controller rewrites the path's own kustomization file with the spec's fields and builds it
     where it is (fluxcd/pkg kustomize/kustomize_generator.go GenerateManifest). Other tiers read the
-    same files, so the rewritten file goes into a mirror of the path instead: `workdir/repo/<root>`
-    holds it, and each path it `reached` (joined to it lexically, as kustomize joins them) has the
-    first step off the way to `root` as a symlink to the snapshot's, so every relative path in it
-    (`../../components/x`, a replacements file, a plugin's `path`) lands where it lands in the
-    repository. `root` is the path without symlinks; `components` are the spec's, as written,
-    missing ones already left out.
+    same files, so the rewritten file goes into a mirror of the path instead: the mirror holds it at
+    `file`, and each path in `links` (the first step off the way to the root of each path the build
+    reached, joined lexically as kustomize joins them) is a symlink to the repository's, so every
+    relative path in it (`../../components/x`, a replacements file, a plugin's `path`) lands where it
+    lands in the repository.
     """
-    mirror = workdir / "repo"
+
+    root: str  # the directory to build, without symlinks
+    links: tuple[str, ...]  # repo paths to link into the mirror, in order
+    file: str  # the rewritten kustomization file's repo path
+    body: str  # its content
+
+
+def build_layout(snapshot: RepoTree, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str]) -> BuildLayout:
+    """The mirror a tier builds in: `root` is the path without symlinks; `components` are the spec's, as
+    written, missing ones already left out."""
     name = kustomization_file(snapshot, root)
     rel = posixpath.join(root, name or "kustomization.yaml")
     parts = root.split("/") if root else []
-    links: dict[str, None] = {}  # repo paths to link, in order
+    links: dict[str, None] = {}
     # Every kustomization file name of the directory too: kustomize refuses a directory with two.
     for path in [*reached, *(posixpath.join(root, n) for n in KUSTOMIZATION_FILES if n != name)]:
         depth = 0  # how many steps of `root` the path shares
@@ -417,11 +419,6 @@ def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: 
             depth += 1
         if depth < len(steps) and (depth < len(parts) or steps[depth] != name):
             links["/".join(steps[: depth + 1])] = None
-    build_dir = mirror / root if root else mirror
-    build_dir.mkdir(parents=True, exist_ok=True)
-    for path in links:
-        if snapshot.exists(path):
-            os.symlink(snapshot.path(path), mirror / path)
     text = None
     if name:
         try:
@@ -433,8 +430,7 @@ def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: 
         body = flux_kustomization(tier, text, resources, components)
     except InputError as exc:
         raise InputError(f"{rel}: {exc}") from None
-    (build_dir / posixpath.basename(rel)).write_text(body, encoding="utf-8")
-    return build_dir
+    return BuildLayout(root=root, links=tuple(p for p in links if snapshot.exists(p)), file=rel, body=body)
 
 
 def flux_kustomization(tier: TierSpec, text: str | None, generated: list[str] | None, components: Sequence[str]) -> str:

@@ -29,10 +29,12 @@ from bot.engine.errors import InputError, RenderError, SubstitutionError
 from bot.engine.flux import (
     KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, OperatorSync, TierSpecError, TierSpecShapeError, entry_tier, is_flux_kustomization, operator_sync, tier_spec,
 )
-from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, write_build_root
+from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex
+from bot.adapters.workspace import write_build_root
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec, plural
-from bot.adapters.workspace import Snapshot, normalise_repo_path
+from bot.adapters.workspace import Snapshot
+from bot.engine.tree import normalise_repo_path
 from bot.engine.yamlio import FastSafeLoader, check_aliases, document_heads, find_duplicate_key, split_documents
 
 if TYPE_CHECKING:

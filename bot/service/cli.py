@@ -12,7 +12,8 @@ from typing import Sequence
 
 from bot import __version__
 from bot.adapters.cache import default_cache_dir
-from bot.engine.config import RepoConfig, load_repo_config, read_config_file
+from bot.engine.config import RepoConfig, load_repo_config
+from bot.adapters.workspace import read_config_file
 from bot.pipeline.check import CheckOptions, check_repository, tune_gc
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.report import format_markdown, format_text

@@ -10,7 +10,7 @@ from bot.engine.errors import TierOrderError
 from bot.engine.flux import KUSTOMIZATION_GROUP
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Severity, SourceLocation, TierId
-from bot.adapters.workspace import CONFIG_FILE
+from bot.engine.tree import CONFIG_FILE
 from bot.engine.tierorder import read_tier_order, stale_reasons
 
 
