@@ -11,7 +11,7 @@ import fnmatch
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
+from importlib.resources import files
 from typing import Any
 
 import yaml
@@ -290,7 +290,7 @@ class KnowledgeBase:
 @functools.lru_cache(maxsize=1)
 def default_knowledge() -> KnowledgeBase:
     """The knowledge base shipped in bot/engine/data/knowledge.yaml, parsed once."""
-    text = resources.files("bot.engine").joinpath("data").joinpath(DATA_FILE).read_text(encoding="utf-8")
+    text = files("bot.engine").joinpath("data").joinpath(DATA_FILE).read_text(encoding="utf-8")
     return load_knowledge(text)
 
 
