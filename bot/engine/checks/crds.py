@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from bot.engine.checks import CheckContext, check, name_list, plural
+from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.coldstart import duration
 from bot.engine.facts import ObjectStub
 from bot.engine.model import Finding, GroupKind, Severity, TierId

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from bot.engine.checks import CheckContext, check, name_list
+from bot.engine.checks.context import CheckContext, check, name_list
 from bot.engine.errors import TierOrderError
 from bot.engine.flux import KUSTOMIZATION_GROUP
 from bot.engine.graph import TierGraph

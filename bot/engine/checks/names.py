@@ -14,7 +14,7 @@ import re
 from typing import Iterator
 
 from bot.engine import markdown as md
-from bot.engine.checks import CheckContext, check
+from bot.engine.checks.context import CheckContext, check
 from bot.engine.model import Finding, GroupKind, Severity
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"

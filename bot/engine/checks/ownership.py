@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from bot.engine.checks import CheckContext, check, name_list, plural
+from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.facts import ObjectStub
 from bot.engine.flux import KUSTOMIZATION_GROUP
 from bot.engine.model import Finding, Severity, TierId

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterator
 
-from bot.engine.checks import CheckContext, check, name_list, plural
+from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.coldstart import duration, namespace_kind
 from bot.engine.model import Finding, Severity, TierId
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from bot.engine.checks import CheckContext, check, name_list, plural
+from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.errors import SubstitutionError
 from bot.engine.flux import SUBSTITUTE_ANNOTATION, is_flux_kustomization
 from bot.engine.model import Finding, Manifest, Severity, TierId

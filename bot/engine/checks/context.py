@@ -1,0 +1,139 @@
+"""What every check reads (`CheckContext`) and how a check registers itself and its public ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Iterable, Mapping
+
+from bot.engine.bootstrap import Bootstrap
+from bot.engine.coldstart import ColdStart, Simulation
+from bot.engine.config import RepoConfig
+from bot.engine.facts import ObjectStub, TierFacts
+from bot.engine.graph import TierGraph
+from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId, plural  # noqa: F401  (plural: for the checks)
+from bot.engine.providers import ProviderIndex
+from bot.pipeline.renderer import ClusterRender
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything a check may read about one cluster."""
+
+    render: ClusterRender
+    graph: TierGraph
+    providers: ProviderIndex
+    facts: Mapping[TierId, TierFacts]  # per tier: what the checks read of its objects
+    config: RepoConfig
+    other_graphs: Mapping[str, TierGraph]
+    locate: Callable[[Manifest | ObjectStub], SourceLocation | None]
+    bootstrap: Bootstrap = Bootstrap()  # what exists before Flux's first reconcile (empty: --no-bootstrap)
+
+    @cached_property
+    def simulation(self) -> Simulation:
+        """The cold start of this cluster with its bootstrap, run once (bot/engine/coldstart.py)."""
+        return Simulation(self.graph, self.facts, self.providers, self.bootstrap).run()
+
+    @cached_property
+    def cold_start(self) -> ColdStart:
+        return self.simulation.result()
+
+    def tier_location(self, tier: TierId) -> SourceLocation | None:
+        """Where the Flux Kustomization `tier` is written."""
+        spec = self.graph.specs.get(tier)
+        return spec.origin if spec else None
+
+    def before(self, tier: TierId, provider_tier: TierId) -> bool:
+        """Whether `provider_tier`'s CRDs, Namespaces and cluster-scoped providers exist before `tier` applies.
+
+        True for a dependency (dependsOn, transitively) and for an ancestor: the Kustomization that
+        applies `tier` (or applies one of its ancestors, up to the cluster entry). Its staged apply
+        writes CRDs, Namespaces and ClusterRoles first, then `*Class` objects, then the rest one by
+        one in kind order (fluxcd/pkg ssa/manager_apply.go ApplyAllStaged, ssa/sort.go): every
+        provider kind the checks track (StorageProfile.cdi.kubevirt.io, ClusterIssuer.cert-manager.io
+        included) sorts before Kustomization.kustomize.toolkit.fluxcd.io, so it exists before the
+        child Kustomization object does. Not for what a controller makes later (see `waits_for`).
+        """
+        return self.graph.depends_on(tier, provider_tier) or self.is_ancestor(provider_tier, tier)
+
+    def waits_for(self, tier: TierId, provider_tier: TierId) -> bool:
+        """Whether Flux holds `tier` until `provider_tier` is Ready: only a dependsOn does.
+
+        A child exists (and reconciles) as soon as its parent's apply writes it, before the parent's
+        own health checks or `wait` have run.
+        """
+        return self.graph.depends_on(tier, provider_tier)
+
+    def is_ancestor(self, ancestor: TierId, tier: TierId) -> bool:
+        """Whether `ancestor` applies `tier`, directly or through Kustomizations it applies."""
+        return ancestor in self.parents(tier)
+
+    def parents(self, tier: TierId) -> list[TierId]:
+        """The Kustomizations that apply `tier`: its parent first, up to the cluster entry."""
+        chain: list[TierId] = []
+        spec = self.graph.specs.get(tier)
+        while spec is not None and spec.defined_in is not None and spec.defined_in not in chain and spec.defined_in != tier:
+            chain.append(spec.defined_in)
+            spec = self.graph.specs.get(spec.defined_in)
+        return chain
+
+    def add_dependency(self, tier: TierId, owners: Iterable[TierId], suffix: str = "") -> str:
+        """The advice `Add dependsOn: …` for the owners `tier` may depend on (`suffix` after it).
+
+        Never its own ancestor or descendant: the child exists only once the parent has applied, so
+        either edge waits forever (or deadlocks with the parent's wait). Objects that need a provider
+        their own tier applies through a child must move below that child instead.
+        """
+        owners = sorted(set(owners))
+        free = [o for o in owners if not self.is_ancestor(o, tier) and not self.is_ancestor(tier, o)]
+        below = [o for o in owners if self.is_ancestor(tier, o)]
+        advice = []
+        if free:
+            advice.append(f"Add dependsOn: {name_list(str(o) for o in free)}{suffix}")
+        if below:
+            names = name_list(str(o) for o in below)
+            advice.append(
+                f"{names} {'is' if len(below) == 1 else 'are'} applied by {tier} itself, so {tier} cannot depend on "
+                f"{'it' if len(below) == 1 else 'them'}: move these objects into a Kustomization that dependsOn {names}{suffix}"
+            )
+        return "; ".join(advice)
+
+    @property
+    def render_entry(self) -> TierId:
+        return next(iter(self.render.tiers))
+
+
+Check = Callable[[CheckContext], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """A public check id: its severity and when it fires."""
+
+    id: str
+    severity: Severity
+    summary: str
+
+
+CHECKS: dict[str, CheckInfo] = {}
+RUNNERS: list[Check] = []
+
+
+def check(*ids: tuple[str, Severity, str]) -> Callable[[Check], Check]:
+    """Register a check function and the public ids (with severity and summary) it reports."""
+
+    def register(fn: Check) -> Check:
+        for id_, severity, summary in ids:
+            CHECKS[id_] = CheckInfo(id_, severity, summary)
+        RUNNERS.append(fn)
+        return fn
+
+    return register
+
+
+def name_list(names: Iterable[str], limit: int = 4) -> str:
+    """`a, b, c` or `a, b, c, d and 3 more`."""
+    items = sorted(set(names))
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
