@@ -1,4 +1,4 @@
-"""Access to a live cluster through kubernetes-asyncio — the only module importing it (or its aiohttp).
+"""Access to a live cluster through kubernetes-asyncio — the only module importing it.
 
 Reads are GETs (get or list). A cluster is reached through a kubeconfig file (path and context; default
 `$KUBECONFIG` or `~/.kube/config`) or the pod's service account (`in_cluster`). Resources are found through
@@ -190,9 +190,8 @@ class KubeClient:
         answers: tuple[int, ...] = (404,),
         rbac: str = READ_RBAC,
     ) -> tuple[int, Any]:
-        """`(status, JSON body)` for a 2xx or a status in `answers`; any other outcome raises a KubeError subclass.
-
-        `what` names the object in messages ("Flux Kustomizations"), `rbac` says what a 403 asks for."""
+        """`(status, JSON body)` for a 2xx or a status in `answers`; any other outcome raises a KubeError subclass."""
+        # `what` names the object in messages ("Flux Kustomizations"); `rbac` is what a 403 message asks for.
         assert self._client is not None, "use `async with KubeClient(...)` or `await open()`"
         where = self.access.describe()  # never the API server's URL: messages reach PR comments
         doing = f"{_VERBS.get(method, method)} {what}"
