@@ -1,11 +1,16 @@
-"""Test-wide settings: every test gets its own build cache (no test reads another's cached builds), and no
-test reaches past the loopback range."""
+"""Test-wide settings: every test gets its own build cache (no test reads another's cached builds), no test
+reaches past the loopback range, and no test starts a program outside a short allow-list."""
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -58,3 +63,68 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+class SubprocessEscape(AssertionError):
+    """A test started a program that is not on the allow-list."""
+
+
+# By name: what the product runs (git; kubectl for `kubectl kustomize`, or a standalone kustomize), what the
+# standard library runs (`uname -p`, for platform.processor()), and two tools tests use (rm for a 1,000-deep
+# tree that shutil.rmtree cannot take, diff for the demo). Besides these: this interpreter (the kustomize
+# reaper, the CLI and the service in a child process) and scripts a test wrote below its own temporary
+# directory (fake git and kubectl).
+ALLOWED_PROGRAMS = frozenset({"git", "kubectl", "kustomize", "uname", "rm", "diff"})
+_POPEN_SIGNATURE = inspect.signature(subprocess.Popen.__init__)
+
+
+def _program(args: object, executable: object, shell: bool) -> str:
+    """The program a `Popen` starts: the shell for `shell=True`, else `executable` or the first argument."""
+    if shell:
+        return "/bin/sh"
+    first = executable if executable is not None else args if isinstance(args, (str, bytes, os.PathLike)) else list(args)[0]  # type: ignore[call-overload]
+    return os.fsdecode(first)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _known_subprocesses_only(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Every `Popen` (subprocess, asyncio's subprocesses, GitPython) and `os.system` is checked against the allow-list.
+
+    An unexpected program raises `SubprocessEscape` where it is started and fails the test at teardown too, in
+    case the code under test caught the error. Yields the programs refused (a test of the guard empties it).
+    """
+    refused: list[str] = []
+    own = Path(tmp_path_factory.getbasetemp()).resolve()
+    interpreter = os.path.realpath(sys.executable)
+    original_init = subprocess.Popen.__init__
+
+    def allowed(program: str) -> bool:
+        if os.path.basename(program) in ALLOWED_PROGRAMS:
+            return True
+        if os.sep not in program:
+            return False
+        resolved = os.path.realpath(program)
+        return resolved == interpreter or Path(resolved).is_relative_to(own)
+
+    def check(program: str) -> None:
+        if not allowed(program):
+            refused.append(program)
+            raise SubprocessEscape(f"a test started {program!r}, which is not on the allow-list in tests/conftest.py")
+
+    def guarded_init(self: subprocess.Popen, *args: object, **kwargs: object) -> None:
+        bound = _POPEN_SIGNATURE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        check(_program(bound.arguments["args"], bound.arguments["executable"], bool(bound.arguments["shell"])))
+        original_init(self, *args, **kwargs)
+
+    original_system = os.system
+
+    def guarded_system(command: str) -> int:
+        check("/bin/sh")
+        return original_system(command)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded_init)
+    monkeypatch.setattr(os, "system", guarded_system)
+    yield refused
+    if refused:
+        pytest.fail(f"unexpected subprocess(es): {refused} (allow-list: tests/conftest.py)", pytrace=False)

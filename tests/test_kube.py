@@ -12,6 +12,7 @@ import pytest
 import bot.adapters.kube
 from bot.adapters.kube import (
     ClusterAccess,
+    KubeApiError,
     KubeClient,
     KubeConfigError,
     KubeForbidden,
@@ -224,3 +225,26 @@ async def test_missing_apis_are_absent_not_crashes(fake: FakeKube, tmp_path: Pat
     fake.inject(r"/customresourcedefinitions$", status=404, times=None)
     state = await read_live_state(access(fake, tmp_path), "prod")
     assert state.error is None and state.crds == () and state.sources == {} and state.source_errors == {}
+
+
+async def test_request_is_the_public_call_under_reads_and_writes(fake: FakeKube, tmp_path: Path) -> None:
+    leases = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l", "namespace": "ops"}, "spec": {"holderIdentity": "a"}}
+    kube = KubeClient(access(fake, tmp_path))
+    await kube.open()
+    try:
+        status, body = await kube.request("GET", "/api/v1/namespaces/apps/configmaps/settings", "the ConfigMap apps/settings")
+        assert status == 200 and body["data"] == {"k": "v"}
+        assert (await kube.request("GET", f"{leases}/l", "the Lease"))[0] == 404  # 404 is an answer by default
+        status, body = await kube.request("POST", leases, "the Lease", body=lease, answers=(409,))
+        assert status == 201 and body["metadata"]["resourceVersion"]
+        status, body = await kube.request("POST", leases, "the Lease", body=lease, answers=(409,))
+        assert status == 409 and body["reason"] == "AlreadyExists"  # the Status object, parsed
+        with pytest.raises(KubeApiError, match="creating the Lease failed with HTTP 409"):  # not an expected answer here
+            await kube.request("POST", leases, "the Lease", body=lease)
+        fake.inject(r"/leases$", status=403)
+        with pytest.raises(KubeForbidden, match=r"forbids creating the Lease \(403 Forbidden\): ask for the Role x"):
+            await kube.request("POST", leases, "the Lease", body=lease, rbac="ask for the Role x")
+    finally:
+        await kube.close()
+    assert fake.lease("ops", "l")["spec"]["holderIdentity"] == "a"

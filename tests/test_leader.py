@@ -1,4 +1,4 @@
-"""Leader election (bot/service/leader.py) on a Lease (bot/service/lease.py) served by the fake API server, with a controlled clock.
+"""Leader election (bot/service/leader.py) on a Lease (bot/adapters/lease.py) served by the fake API server, with a controlled clock.
 
 Every test asserts the one safety property after every step: never two leaders. `is_leader` reads the clock
 itself, so a replica that stopped renewing (dead, partitioned, hung) stops counting as leader at its renew
@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bot.engine.errors import ConfigError
 from bot.adapters.kube import ClusterAccess
-from bot.service.leader import LeaderElector, LeaseRecord, lease_namespace, replica_identity
-from bot.service.lease import KubeLeaseStore, lease_body, micro_time, record_from_lease
+from bot.adapters.lease import KubeLeaseStore, LeaseRecord, lease_body, micro_time, record_from_lease
+from bot.service.leader import LeaderElector, lease_namespace, replica_identity
 from bot.service.settings import LeaderElection, load_service_config
 from tests.fakes.kube import FakeKube
 

@@ -10,7 +10,8 @@ import pytest
 
 from bot.pipeline.check import CheckOptions, check_snapshot
 from bot.adapters.kustomize import locate_kustomize
-from bot.adapters.workspace import IgnoreRules, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
+from bot.adapters.sourceignore import IgnoreRules
+from bot.adapters.workspace import DEFAULT_IGNORE, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
 from bot.engine.tree import normalise_repo_path
 from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
@@ -130,6 +131,29 @@ IGNORE_RULE_CASES = [
     ("a?.yaml", "", "a/.yaml", False, False),
     ("# not a rule", "", "# not a rule", False, False),
     ("", "", "anything", False, False),
+    # character classes: ranges, sets, `!` and `^` negation, `]` first
+    ("[a-c].yaml", "", "b.yaml", False, True),
+    ("[a-c].yaml", "", "d.yaml", False, False),
+    ("v[0-9][0-9]/", "", "x/v12", True, True),
+    ("[!a-c].yaml", "", "b.yaml", False, False),
+    ("[!a-c].yaml", "", "d.yaml", False, True),
+    ("[^a-c].yaml", "", "d.yaml", False, True),
+    ("[]x]", "", "]", False, True),
+    ("[xy]/*.md", "apps", "apps/y/r.md", False, True),
+    ("[xy]/*.md", "apps", "apps/z/r.md", False, False),
+    ("[/]", "", "a/b", False, False),  # a class never matches the separator
+    # escapes: a wildcard, a bracket, a leading `#` or `!`, a trailing space
+    ("x\\*", "", "x*", False, True),
+    ("x\\*", "", "xy", False, False),
+    ("\\[x\\]", "", "[x]", False, True),
+    ("\\[x\\]", "", "x", False, False),
+    ("\\#notes", "", "#notes", False, True),
+    ("\\!bang", "", "!bang", False, True),
+    ("a?\\?", "", "ab?", False, True),
+    ("a?\\?", "", "abc", False, False),
+    ("trail\\ ", "", "trail ", False, True),
+    ("trail   ", "", "trail", False, True),  # unescaped trailing spaces are dropped
+    ("[z-a]", "", "b", False, False),  # an invalid range: the line matches nothing, as in git
 ]
 
 
@@ -140,6 +164,52 @@ def test_ignore_rule(pattern: str, base: str, path: str, is_dir: bool, ignored: 
     rules = IgnoreRules()
     rules.add(pattern, base)
     assert rules.ignored(path, is_dir) is ignored
+
+
+# Each rule set, written as a root (and a nested) `.gitignore` next to the same files, must leave exactly what
+# `git ls-files --others --exclude-standard` lists: git is the reference for gitignore rules.
+GIT_FILES = (
+    "a.txt", "keep.txt", "sub/a.yaml", "sub/b.txt", "sub/keep.txt", "docs/r.md", "docs/keep.md", "docs/deep/r.md",
+    "apps/x.yaml", "apps/y.txt", "apps/sub/z.yaml", "apps/v1/k.yaml", "z/private/s.yaml", "z/private/keep.yaml", "build/x",
+    "notdir/build", "foo/bar/baz.yaml", "foo/keep", "b.yaml", "d.yaml", "#x", "!x", "x*", "xy", "[x]", "top.yaml", "q/top.yaml",
+)
+GIT_RULES = [
+    ("*.txt\n!keep.txt", ""),
+    ("docs/\n!docs/keep.md", ""),  # a file below an excluded directory stays out
+    ("docs/*\n!docs/keep.md", ""),
+    ("*\n!*/\n!*.yaml", ""),  # ignore everything but YAML, at any depth
+    ("/*\n!/apps", ""),
+    ("*.yaml\n!apps", ""),
+    ("**/private/**\n!**/private/keep.yaml", ""),
+    ("foo/**\n!foo/keep", ""),
+    ("[a-c].yaml\n[!x]*/\n!docs/", ""),
+    ("[^a-c].yaml", ""),
+    ("\\#x\n\\!x\nx\\*\n\\[x\\]", ""),
+    ("/top.yaml\napps/**/*.yaml", ""),
+    ("*/", ""),
+    ("a/**/z\nz/**/keep.yaml\nsub", ""),
+    ("apps/\n!apps/x.yaml", ""),
+    ("", "*.yaml\n!/x.yaml\nv[0-9]/"),
+    ("apps/", "!x.yaml"),  # a nested file cannot re-include below a directory the root excludes
+    ("*.yaml", "!sub/\n!*.yaml\n/sub/z.yaml"),
+]
+
+
+@pytest.mark.parametrize("root_rules,apps_rules", GIT_RULES, ids=[f"{r!r}+{a!r}" for r, a in GIT_RULES])
+def test_ignore_rules_agree_with_git(tmp_path: Path, root_rules: str, apps_rules: str) -> None:
+    files = {path: "x\n" for path in GIT_FILES}
+    files[".gitignore"] = files[".sourceignore"] = root_rules + "\n"
+    files["apps/.gitignore"] = files["apps/.sourceignore"] = apps_rules + "\n"
+    repo = write_tree(tmp_path / "repo", files)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "--others", "--exclude-standard", "-z"], capture_output=True, text=True, check=True
+    ).stdout
+    by_git = {p for p in listed.split("\0") if p and os.path.basename(p) not in (".gitignore", ".sourceignore")}
+    assert not any(rule.strip("/*") in path for rule in DEFAULT_IGNORE for path in GIT_FILES), "the defaults stay out of this"
+    snapshot = build_snapshot(repo, tmp_path / "out")
+    copied = {p.relative_to(snapshot.root).as_posix() for p in snapshot.root.rglob("*") if p.is_file() and p.name != ".sourceignore"}
+    assert copied == by_git
 
 
 def test_last_matching_rule_wins() -> None:

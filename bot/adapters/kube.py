@@ -1,9 +1,10 @@
-"""Read-only access to a live cluster through kubernetes-asyncio — the only module importing it.
+"""Access to a live cluster through kubernetes-asyncio — the only module importing it.
 
-Every call is a GET (get or list); nothing is ever written. A cluster is reached through a
-kubeconfig file (path and context; default `$KUBECONFIG` or `~/.kube/config`) or the pod's service
-account (`in_cluster`). Resources are found through discovery (`/api`, `/apis`,
-`/apis/<group>/<version>`), so any kind can be read by apiVersion/kind/namespace/name.
+Reads are GETs (get or list). A cluster is reached through a kubeconfig file (path and context; default
+`$KUBECONFIG` or `~/.kube/config`) or the pod's service account (`in_cluster`). Resources are found through
+discovery (`/api`, `/apis`, `/apis/<group>/<version>`), so any kind can be read by apiVersion/kind/namespace/name.
+`KubeClient.request` is the one public call under all of them; the only writer is bot/adapters/lease.py (the
+leader-election Lease).
 
 Failures become `KubeError` (an `InfraError`) subclasses — unreachable, timed out, unauthorized
 (an expired or revoked credential), forbidden (missing RBAC, see deploy/rbac.yaml), a bad
@@ -14,6 +15,7 @@ raise them: they record them in the `LiveState`, where they become `precondition
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ KUSTOMIZE_API = ("kustomize.toolkit.fluxcd.io", "v1")
 SOURCE_GROUP = "source.toolkit.fluxcd.io"
 CRD_API = ("apiextensions.k8s.io", "v1")
 PAGE_SIZE = 250
+READ_RBAC = "give the credential read access (deploy/rbac.yaml)"
+_VERBS = {"GET": "reading", "POST": "creating", "PUT": "replacing", "PATCH": "patching", "DELETE": "deleting"}
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +105,14 @@ def _hide_paths(text: str) -> str:
     return re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path>", text)
 
 
+def _json(text: Any) -> Any:
+    """An error answer's body as JSON (a `Status` object), or None when it is not JSON."""
+    try:
+        return json.loads(text) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _host(url: str) -> str:
     """The API server URL without any userinfo."""
     parts = urlsplit(url)
@@ -111,7 +123,7 @@ def _host(url: str) -> str:
 
 
 class KubeClient:
-    """An open, read-only connection to one cluster (`async with KubeClient(access) as kube`)."""
+    """A connection to one cluster (`async with KubeClient(access) as kube`, or `open()`/`close()`)."""
 
     def __init__(self, access: ClusterAccess) -> None:
         self.access = access
@@ -121,6 +133,14 @@ class KubeClient:
         self._resources: dict[str, dict[str, tuple[str, bool]]] = {}  # groupVersion -> kind -> (plural, namespaced)
 
     async def __aenter__(self) -> "KubeClient":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Load the kubeconfig (or service account) and open the connection; KubeConfigError when it cannot be loaded."""
         config = Configuration()
         try:
             if self.access.in_cluster:
@@ -146,57 +166,78 @@ class KubeClient:
         self._host = _host(config.host or "")
         log.debug("%s: API server %s", self.access.describe(), self._host)  # for the operator's log only
         self._client = ApiClient(configuration=config)
-        return self
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
 
     def _what(self) -> str:
         """The access as the object of "cannot load …" (describe() may already start with "the")."""
         what = self.access.describe()
         return what if what.startswith("the ") else f"the {what}"
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+    # ------------------------------------------------------------------ requests
 
-    # ------------------------------------------------------------------ raw GET
-
-    async def _get(self, path: str, what: str, query: Sequence[tuple[str, Any]] = ()) -> Any:
-        """GET `path`; 404 raises _NotFound, every other failure a KubeError subclass."""
-        assert self._client is not None, "use `async with KubeClient(...)`"
+    async def request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        body: dict[str, Any] | None = None,
+        query: Sequence[tuple[str, Any]] = (),
+        answers: tuple[int, ...] = (404,),
+        rbac: str = READ_RBAC,
+    ) -> tuple[int, Any]:
+        """`(status, JSON body)` for a 2xx or a status in `answers`; any other outcome raises a KubeError subclass."""
+        # `what` names the object in messages ("Flux Kustomizations"); `rbac` is what a 403 message asks for.
+        assert self._client is not None, "use `async with KubeClient(...)` or `await open()`"
         where = self.access.describe()  # never the API server's URL: messages reach PR comments
+        doing = f"{_VERBS.get(method, method)} {what}"
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            return await self._client.call_api(
+            data, status, _ = await self._client.call_api(
                 path,
-                "GET",
+                method,
                 query_params=list(query),
-                header_params={"Accept": "application/json"},
-                response_types_map={200: "object"},
+                header_params=headers,
+                body=body,
+                response_types_map={200: "object", 201: "object"},
                 auth_settings=["BearerToken"],
-                _return_http_data_only=True,
+                _return_http_data_only=False,
                 _preload_content=True,
                 _request_timeout=self.access.timeout,
             )
+            return status, data
         except ApiException as exc:
             status = exc.status or 0
-            if status == 404:
-                raise _NotFound(path) from None
+            if status in answers:
+                return status, _json(exc.body)
             if status == 401:
                 raise KubeUnauthorized(
                     f"{where} rejected the credential (401 Unauthorized): it is missing, expired or revoked"
                 ) from None
             if status == 403:
-                raise KubeForbidden(
-                    f"{where} forbids reading {what} (403 Forbidden): give the credential read access (deploy/rbac.yaml)"
-                ) from None
-            raise KubeApiError(f"{where}: reading {what} failed with HTTP {status} {_scrub(exc.reason or '')}".rstrip()) from None
+                raise KubeForbidden(f"{where} forbids {doing} (403 Forbidden): {rbac}") from None
+            raise KubeApiError(f"{where}: {doing} failed with HTTP {status} {_scrub(exc.reason or '')}".rstrip()) from None
         except (asyncio.TimeoutError, TimeoutError):
-            raise KubeTimeout(f"{where} did not answer within {self.access.timeout:g}s while reading {what}") from None
+            raise KubeTimeout(f"{where} did not answer within {self.access.timeout:g}s while {doing}") from None
         except aiohttp.ClientError as exc:
             raise KubeUnreachable(f"cannot reach the API server of the {where}: {type(exc).__name__}") from None
         except ConfigException as exc:  # a credential plugin failed while refreshing
             raise KubeUnauthorized(f"{where}: no usable credential ({_scrub(str(exc))})") from None
         except (ValueError, TypeError) as exc:
             raise KubeApiError(f"{where}: unreadable answer for {what} ({type(exc).__name__})") from None
+
+    async def _get(self, path: str, what: str, query: Sequence[tuple[str, Any]] = ()) -> Any:
+        """GET `path`; 404 raises _NotFound, every other failure a KubeError subclass."""
+        status, body = await self.request("GET", path, what, query=query)
+        if status == 404:
+            raise _NotFound(path)
+        return body
 
     async def _list(self, path: str, what: str) -> list[dict[str, Any]]:
         """Every item of a list, page by page (`limit`/`continue`)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import shutil
 import stat
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from bot.engine.config import RepoConfig, load_repo_config
+from bot.adapters.sourceignore import IgnoreRules
 from bot.engine.errors import ConfigError
 from bot.engine.generate import build_layout
 from bot.engine.model import TierSpec
@@ -50,66 +50,6 @@ MAX_FILES = 200_000
 # dozen levels; a PR's 1,000-deep tree is an attack on the walks below (and on kustomize).
 MAX_DEPTH = 100
 TOO_DEEP = f"is nested more than {MAX_DEPTH} directories deep; not read"
-
-
-
-
-class IgnoreRules:
-    """gitignore-style patterns as `.sourceignore` uses them (anchoring, `**`, `!`, trailing `/`)."""
-
-    def __init__(self) -> None:
-        self._rules: list[tuple[re.Pattern[str], bool, bool]] = []
-
-    def add(self, pattern: str, base: str = "") -> None:
-        """Add one pattern line, relative to directory `base` (repo-relative, "" for the root)."""
-        line = pattern.rstrip("\n").rstrip()
-        if not line or line.startswith("#"):
-            return
-        negate = line.startswith("!")
-        if negate:
-            line = line[1:]
-        dir_only = line.endswith("/")
-        line = line.rstrip("/")
-        anchored = "/" in line
-        line = line.lstrip("/")
-        body = _glob_to_regex(line)
-        prefix = re.escape(base + "/") if base else ""
-        regex = f"^{prefix}{body}$" if anchored else f"^{prefix}(?:.*/)?{body}$"
-        self._rules.append((re.compile(regex), negate, dir_only))
-
-    def ignored(self, path: str, is_dir: bool) -> bool:
-        """True when the last matching rule excludes `path`."""
-        result = False
-        for regex, negate, dir_only in self._rules:
-            if dir_only and not is_dir:
-                continue
-            if regex.match(path):
-                result = not negate
-        return result
-
-
-def _glob_to_regex(glob: str) -> str:
-    out = []
-    i = 0
-    while i < len(glob):
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return "".join(out)
-
-
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ The rules (k8s.io/client-go/tools/leaderelection, in this order each `retry_seco
   so another replica takes over at its next retry instead of after the lease expires.
 * Candidates retry with jitter: `retry_seconds * (1 + uniform(0, 1.2))` (client-go's `JitterFactor`).
 
-The Lease itself is read and written by a `LeaseStore`; `bot/service/lease.py` is the kubernetes-asyncio one (this
-module does not import kubernetes-asyncio). Errors other than a conflict are `InfraError`s: the round is
-lost, and the loop goes on.
+The Lease itself is read and written by a `LeaseStore`; bot/adapters/lease.py's `KubeLeaseStore` is the
+Kubernetes one (this module imports no client library). Errors other than a conflict are `InfraError`s: the
+round is lost, and the loop goes on. Why not `kubernetes_asyncio.leaderelection`: DESIGN.md, "Leader election".
 """
 
 from __future__ import annotations
@@ -38,11 +38,13 @@ import secrets
 import socket
 import string
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from bot.adapters.kube import ClusterAccess
+from bot.adapters.lease import KubeLeaseStore, LeaseConflict, LeaseRecord
 from bot.engine.errors import ConfigError, InfraError
 
 if TYPE_CHECKING:
@@ -55,23 +57,8 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 
 
-class LeaseConflict(Exception):
-    """409: the Lease changed since it was read (or was created by someone else first)."""
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """The spec of a leader-election Lease (client-go's LeaderElectionRecord)."""
-
-    holder: str  # holderIdentity; "" when released
-    lease_seconds: int  # leaseDurationSeconds
-    acquire_time: datetime | None = None
-    renew_time: datetime | None = None
-    transitions: int = 0  # leaseTransitions: how often the holder changed
-
-
 class LeaseStore(Protocol):
-    """Reads and writes one Lease; `bot.lease.KubeLeaseStore` is the Kubernetes one."""
+    """Reads and writes one Lease; `bot.adapters.lease.KubeLeaseStore` is the Kubernetes one."""
 
     async def get(self) -> tuple[LeaseRecord, str] | None:
         """The record and its resourceVersion; None when there is no Lease."""
@@ -318,10 +305,7 @@ class LeaderElector:
 
 def build_elector(config: "LeaderElection", identity: str, *, on_started: Callback | None = None, on_stopped: Callback | None = None,
                   env: dict[str, str] | None = None) -> LeaderElector:
-    """The service's elector: a kubernetes-asyncio Lease store (bot/service/lease.py) from the `leader_election` config."""
-    from bot.adapters.kube import ClusterAccess
-    from bot.service.lease import KubeLeaseStore  # kubernetes-asyncio: only when leader election is on
-
+    """The service's elector: a Kubernetes Lease store (bot/adapters/lease.py) from the `leader_election` config."""
     in_cluster = config.in_cluster or not config.kubeconfig
     access = ClusterAccess(
         kubeconfig=Path(config.kubeconfig) if config.kubeconfig else None,

@@ -15,7 +15,7 @@ What it serves, read-only (GET only; anything else is 405):
 * namespaced and cluster-scoped get and list (``/apis/<g>/<v>[/namespaces/<ns>]/<plural>[/<name>]``,
   ``/api/v1/...``), lists paginated with ``limit``/``continue``; unknown objects are 404 ``Status``.
 
-Writes are served for one kind only, ``coordination.k8s.io/v1`` Leases (leader election, bot/service/lease.py):
+Writes are served for one kind only, ``coordination.k8s.io/v1`` Leases (leader election, bot/adapters/lease.py):
 GET/POST/PUT/DELETE on ``/apis/coordination.k8s.io/v1/namespaces/<ns>/leases[/<name>]`` with the API server's
 optimistic concurrency — a PUT whose ``metadata.resourceVersion`` is not the stored one is 409 ``Conflict``, a
 POST of an existing name 409 ``AlreadyExists``, a PUT of a missing Lease 404 — and its MicroTime format
