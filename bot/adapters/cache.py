@@ -22,15 +22,31 @@ if TYPE_CHECKING:
     from bot.adapters.workspace import Snapshot
 
 
+# The code whose change can change a cached result: the engine (models, Flux rules, checks, its data),
+# the pipeline that runs it (what a render memoises and under which keys), and the adapters whose output
+# is cached or shapes a key: kustomize (how a build runs), workspace (what a snapshot holds and how a
+# file is hashed), git (a commit's listing, cached by tree id) and this module (keys and format).
+# Service code, handlers and the other adapters (GitHub, Kubernetes, scheduler) never reach an entry:
+# an edit there keeps the cache warm instead of making every deployment rebuild every tier.
+FINGERPRINTED = ("engine", "pipeline", "adapters/cache.py", "adapters/git.py", "adapters/kustomize.py", "adapters/workspace.py")
+
+
+def fingerprint(package: Path) -> str:
+    """A hash of the code and data under `package` (the `bot` directory) that FINGERPRINTED names."""
+    digest = hashlib.sha256()
+    for name in FINGERPRINTED:
+        top = package / name
+        paths = sorted(top.rglob("*")) if top.is_dir() else [top]
+        for path in paths:
+            if path.suffix in (".py", ".yaml") and path.is_file():
+                digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A hash of the engine's own code and data: another version (or a local edit) never reads these entries."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".yaml") and path.is_file():
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    """This installation's `fingerprint`: another version (or a local edit) never reads these entries."""
+    return fingerprint(Path(__file__).resolve().parents[1])
 
 
 def versioned_key(*parts: Any) -> str:

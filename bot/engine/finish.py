@@ -140,10 +140,7 @@ def finish_key(raw: RawTier, variables: Variables, graph_only: bool, strict: boo
 def finish_tier(
     raw: RawTier, variables: Variables, *, root: str, strict: bool, graph_only: bool = False, key: str | None = None
 ) -> tuple[RenderedTier, list[Finding]]:
-    """postBuild substitution and commonMetadata for one built tier (graph_only: its discovery objects only).
-
-    `root` is where kustomize built it (origins are relative to it); `key` is its `finish_key`.
-    """
+    """postBuild substitution and commonMetadata for one tier built at repo path `root` (graph_only: its discovery objects only)."""
     spec = raw.spec
     findings: list[Finding] = list(variables.findings)
     bad_names = envsubst.check_variable_names(variables.values)

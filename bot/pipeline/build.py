@@ -31,13 +31,12 @@ from bot.pipeline.memo import BuildMemo, LineMemo
 
 @dataclass(frozen=True)
 class _Components:
-    """A tier's components: as written (for the kustomization file), joined to its path (as kustomize joins
-    them), where they really are (for the pre-scan), and the skipped missing ones (the build changes when one appears)."""
+    """A tier's components, each in the form one reader of it needs."""
 
-    written: list[str]
-    joined: list[str]
-    real: list[str]
-    missing: set[str]
+    written: list[str]  # as written, for the kustomization file
+    joined: list[str]  # joined to the path, as kustomize joins them
+    real: list[str]  # where they are, for the pre-scan
+    missing: set[str]  # skipped components: the build changes when one appears
 
 
 class TierBuilder:
