@@ -1,6 +1,6 @@
 """An on-disk cache of kustomize builds, keyed by the content of everything a build reads.
 
-A tier's key is the kustomize version, the spec fields kustomize sees, and the git blob id of each
+bot/pipeline/memo.py makes the keys and decides what goes in. A tier's key is the kustomize version, the spec fields kustomize sees, and the git blob id of each
 input file (kustomization files, the resources they name, every file of each directory they
 reach). Finished tiers (after substitution) are cached under that key plus their variables.
 """
@@ -16,10 +16,7 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
-
-if TYPE_CHECKING:
-    from bot.adapters.workspace import Snapshot
+from typing import Any
 
 
 # The code whose change can change a cached result: the engine (models, Flux rules, checks, its data),
@@ -93,38 +90,6 @@ def default_cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "fluxwarden"
-
-
-class ContentHasher:
-    """Content ids of snapshot files and directories, memoised: tiers share files and each is read once.
-
-    A file's id is its git blob id (known without reading it for a lazy snapshot of a commit); a
-    directory's is a hash over the ids of the files directly in it.
-    """
-
-    def __init__(self, snapshot: "Snapshot") -> None:
-        self.snapshot = snapshot
-        self._digests: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def digest(self, rel: str) -> str:
-        with self._lock:
-            cached = self._digests.get(rel)
-        if cached is not None:
-            return cached
-        if self.snapshot.is_dir(rel):
-            names = self.snapshot.list_dir(rel)[1]
-            listing = "\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names)
-            value = "dir:" + hashlib.sha256(listing.encode()).hexdigest()
-        else:
-            value = self.snapshot.file_digest(rel) or "missing"
-        with self._lock:
-            self._digests[rel] = value
-        return value
-
-    def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
-        """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
-        return versioned_key(list(parts), [(p, self.digest(p)) for p in sorted(inputs)])
 
 
 class BuildCache:

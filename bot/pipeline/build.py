@@ -14,7 +14,6 @@ from typing import Any, Mapping
 
 import yaml
 
-from bot.adapters.cache import ContentHasher
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workspace import Snapshot, write_build_root
 from bot.engine.errors import InputError, RenderError
@@ -26,7 +25,7 @@ from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId
 from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, unsafe_path
 from bot.engine.tree import normalise_repo_path
 from bot.engine.yamlio import FastSafeLoader, find_duplicate_key
-from bot.pipeline.memo import BuildMemo, LineMemo
+from bot.pipeline.memo import BuildMemo, ContentHasher, LineMemo
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Every memo of a render in one place: what was built, finished, summarised and checked, in memory and on disk.
 
-Layers, cheapest first: this run's memory (`RunMemo`, shared by both sides of a review), a commit's
-tree memo (its builds by build key, known from its tree id), the disk cache by content (builds,
-finished tiers, tier facts) and by commit (cluster renders, findings). Every disk key is versioned
+Layers, cheapest first: this run's memory (`RunMemo`, shared by both sides of a review; the content
+ids of a snapshot's files; the document heads of a file), a commit's tree memo (its builds by build
+key, known from its tree id), the disk cache by content (builds, finished tiers, tier facts) and by
+commit (cluster renders, findings). Every disk key is versioned
 (bot/adapters/cache.py `versioned_key`): another version of the code never reads these entries.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.kustomize import KustomizeBinary
@@ -166,6 +167,38 @@ class BuildMemo:
             with self._lock:
                 snapshot, self._tree_dirty = dict(self._tree), False
             self.cache.put(self._tree_key, snapshot)
+
+
+class ContentHasher:
+    """Content ids of snapshot files and directories, memoised: tiers share files and each is read once.
+
+    A file's id is its git blob id (known without reading it for a lazy snapshot of a commit); a
+    directory's is a hash over the ids of the files directly in it.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._digests: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, rel: str) -> str:
+        with self._lock:
+            cached = self._digests.get(rel)
+        if cached is not None:
+            return cached
+        if self.snapshot.is_dir(rel):
+            names = self.snapshot.list_dir(rel)[1]
+            listing = "\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names)
+            value = "dir:" + hashlib.sha256(listing.encode()).hexdigest()
+        else:
+            value = self.snapshot.file_digest(rel) or "missing"
+        with self._lock:
+            self._digests[rel] = value
+        return value
+
+    def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
+        """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
+        return versioned_key(list(parts), [(p, self.digest(p)) for p in sorted(inputs)])
 
 
 class FinishMemo:
