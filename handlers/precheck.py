@@ -21,7 +21,8 @@ from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.adapters.kustomize import STOPPED_MESSAGES
 from bot.service.metrics import Metrics
 from bot.engine.model import Finding, Severity, plural
-from bot.pipeline.review import ALWAYS_NEW, ClusterReview, review_repository
+from bot.engine.review import ALWAYS_NEW, ClusterReview
+from bot.pipeline.review import review_repository
 from bot.engine.review_report import format_review_markdown, review_verdict
 from bot.service.runs import RunQueue, Submitted
 from bot.service.claims import RELEASE_TIMEOUT

@@ -27,7 +27,8 @@ from typing import Any, Callable
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, InputError, UserError
 from bot.engine.model import plural
-from bot.engine.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes, read_tree_state
+from bot.engine.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes
+from bot.pipeline.tier_state import read_tree_state
 from handlers.context import BotContext
 
 log = logging.getLogger(__name__)

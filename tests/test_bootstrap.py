@@ -14,7 +14,10 @@ from bot.engine.config import BootstrapConfig, load_repo_config, snapshot_config
 from bot.pipeline.check import CheckOptions, check_repository, render_repository
 from bot.engine.errors import ConfigError
 from bot.engine.model import Severity, TierId
+from bot.adapters.cache import BuildCache
+from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import GitTree, Snapshot
+from bot.pipeline.memo import FindingsMemo
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
 
@@ -425,12 +428,13 @@ def test_bootstrap_findings_one_per_entry() -> None:
 
 def test_no_bootstrap_is_in_the_findings_key(tmp_path: Path) -> None:
     snapshot = Snapshot(tmp_path, (), tree=GitTree("a" * 40, {}, set(), lambda oid: b"", tmp_path))
-    binary = engine.locate_kustomize(None)
+    binary = locate_kustomize(None)
     config = load_repo_config(None)
-    keys = {engine._findings_key(snapshot, config, "dev", binary, flag) for flag in (True, False)}
+    cache = BuildCache(tmp_path / "cache")
+    keys = {FindingsMemo.of(cache, snapshot, config, "dev", binary, flag).key for flag in (True, False)}
     assert len(keys) == 2
     declared = load_repo_config("bootstrap: {crds: [example.com/Widget]}")
-    assert engine._findings_key(snapshot, declared, "dev", binary) not in keys  # the declared bootstrap is in the config digest
+    assert FindingsMemo.of(cache, snapshot, declared, "dev", binary, True).key not in keys  # the declared bootstrap is in the config digest
 
 
 def test_cli_no_bootstrap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

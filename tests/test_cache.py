@@ -1,14 +1,15 @@
-"""The build cache on disk: least-recently-used pruning, and reads that mark entries used."""
+"""The build cache on disk: least-recently-used pruning, reads that mark entries used, and the code fingerprint of its keys."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from bot.adapters.cache import BuildCache, cache_budget
+from bot.adapters.cache import BuildCache, cache_budget, code_fingerprint, fingerprint
 
 HOUR = 3600
 
@@ -104,3 +105,35 @@ def test_one_run_writes_at_most_its_bound(tmp_path: Path) -> None:
     assert cache.written_bytes <= 10_000
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) <= 10_000
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    """A copy of the `bot` package to edit (the installed one stays as it is)."""
+    package = Path(__file__).resolve().parents[1] / "bot"
+    copy = tmp_path / "bot"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_the_fingerprint_is_the_installed_code() -> None:
+    assert code_fingerprint() == fingerprint(Path(__file__).resolve().parents[1] / "bot")
+
+
+@pytest.mark.parametrize(
+    "module", ["engine/checks/crds.py", "engine/data/knowledge.yaml", "pipeline/renderer.py", "adapters/kustomize.py", "adapters/workspace.py"]
+)
+def test_a_change_that_can_change_a_result_changes_the_fingerprint(tmp_path: Path, module: str) -> None:
+    package = _package_copy(tmp_path)
+    before = fingerprint(package)
+    with (package / module).open("a", encoding="utf-8") as handle:
+        handle.write("\n# edited\n")
+    assert fingerprint(package) != before
+
+
+@pytest.mark.parametrize("module", ["service/app.py", "service/settings.py", "adapters/github.py", "adapters/kube.py"])
+def test_a_service_change_keeps_the_fingerprint(tmp_path: Path, module: str) -> None:
+    package = _package_copy(tmp_path)
+    before = fingerprint(package)
+    with (package / module).open("a", encoding="utf-8") as handle:
+        handle.write("\n# edited\n")
+    assert fingerprint(package) == before

@@ -21,7 +21,7 @@ from bot.engine.config import load_repo_config
 from bot.pipeline.check import CheckOptions, check_repository
 from bot.adapters.kustomize import locate_kustomize
 from bot.engine.model import Severity, TierId
-from bot.pipeline.renderer import Renderer
+from bot.pipeline.session import Session
 from bot.engine.report import CheckReport
 from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
@@ -684,7 +684,7 @@ def test_tokens_a_kustomization_carries_into_its_own_build(tmp_path, files, expe
     if value:
         tier, name, key, want = value
         snapshot = build_snapshot(tmp_path / "repo", tmp_path / "snap")
-        render = Renderer(snapshot, load_repo_config(None), locate_kustomize()).render_cluster("dev", "clusters/dev")
+        render = Session(snapshot, load_repo_config(None), locate_kustomize()).renderer().render_cluster("dev", "clusters/dev")
         objects = {m.ref.name: m.body for m in render.tiers[TierId("flux-system", tier)].manifests}
         assert objects[name]["data"][key] == want
 

@@ -32,7 +32,7 @@ from bot.engine.diff import (
     prune_transient_findings,
 )
 from bot.engine.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
-from bot.pipeline.renderer import ClusterRender, RenderedTier
+from bot.engine.rendered import ClusterRender, RenderedTier
 
 GOLDEN = Path(__file__).parent / "golden" / "diff"
 UPDATE_GOLDEN = os.environ.get("FLUXWARDEN_UPDATE_GOLDEN") == "1"

@@ -9,10 +9,11 @@ import pytest
 
 from bot.adapters.cache import BuildCache
 from bot.engine.errors import InputError
-from bot.engine.facts import FactsStore, TierFacts, tier_facts
+from bot.engine.facts import TierFacts, tier_facts
 from bot.engine.knowledge import default_knowledge
 from bot.engine.model import GroupKind, Manifest, ObjectRef, SourceLocation
-from bot.pipeline.renderer import RenderedTier, StoredManifests
+from bot.engine.rendered import RenderedTier
+from bot.pipeline.memo import FactsStore, StoredManifests
 from bot.engine.flux import tier_spec
 from tests.fluxrepo import crd, ks, obj
 
@@ -83,7 +84,7 @@ def test_cached_facts_need_no_object(tmp_path: Path) -> None:
     manifests = (manifest(NAMESPACE), manifest(PVC))
     fresh = FactsStore(default_knowledge(), cache).of(_tier(manifests, "k1"))
     # The objects were never stored: loading them would raise, so an equal answer came from the facts entry.
-    stored = StoredManifests(cache, "k1", len(manifests), ())
+    stored = StoredManifests(cache, "k1", len(manifests))
     again = FactsStore(default_knowledge(), cache).of(_tier(stored, "k1"))
     assert again == fresh and isinstance(again, TierFacts)
     with pytest.raises(InputError, match="disappeared"):
@@ -101,7 +102,7 @@ def test_objects_gone_mid_run_fail_that_run_and_heal_the_next(tmp_path: Path) ->
     cache = BuildCache(tmp_path)
     cache.put("finished-k1-objects", (manifest(PVC),))
     cache.put("finished-k1", "summary")
-    stored = StoredManifests(cache, "k1", 1, ())
+    stored = StoredManifests(cache, "k1", 1)
     cache.discard("finished-k1-objects")
     with pytest.raises(InputError, match="run again"):
         list(stored)

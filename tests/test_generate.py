@@ -18,7 +18,8 @@ from bot.engine.config import load_repo_config
 from bot.engine.generate import flux_kustomization
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Severity, TierId, TierSpec, SourceRef
-from bot.pipeline.renderer import ClusterRender, Renderer
+from bot.engine.rendered import ClusterRender
+from bot.pipeline.session import Session
 from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
 from tests.gitrepo import init_repo
 from tests.test_render import app_repo, by_ref, cm, errors, logging_binary, render
@@ -83,7 +84,7 @@ def test_a_commit_materialises_the_files_outside_the_directory(tmp_path: Path, b
     sha = init_repo(root).head.commit.hexsha
     with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, snapshot):
         assert snapshot.tree is not None
-        cr = Renderer(snapshot, load_repo_config(None), binary).render_cluster("dev", "clusters/dev")
+        cr = Session(snapshot, load_repo_config(None), binary).renderer().render_cluster("dev", "clusters/dev")
         _assert_outside_its_directory(cr)
         assert (snapshot.root / "components/replacements/copy.yaml").is_file()
 

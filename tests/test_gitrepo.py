@@ -486,7 +486,8 @@ def test_commit_snapshot_holds_what_the_exported_copy_holds(example_commit: tupl
 def test_a_lazy_commit_checks_like_its_copy(example_commit: tuple[Path, str], tmp_path: Path, cluster: str) -> None:
     """The whole engine on a lazy snapshot: same report, same cache keys (a copy's cache serves the commit)."""
     from bot.adapters.cache import BuildCache
-    from bot.pipeline.check import CheckOptions, check_snapshot
+    from bot.pipeline.check import check_session
+    from bot.pipeline.session import Session
     from bot.adapters.kustomize import locate_kustomize
     from bot.adapters.workspace import build_snapshot
     from tests.test_render import logging_binary
@@ -495,11 +496,11 @@ def test_a_lazy_commit_checks_like_its_copy(example_commit: tuple[Path, str], tm
     binary = locate_kustomize()
     export_tree(root, sha, tmp_path / "export")
     eager_cache = BuildCache(tmp_path / "cache")
-    eager = check_snapshot(build_snapshot(tmp_path / "export", tmp_path / "eager"), cluster, binary, CheckOptions(), cache=eager_cache)
+    eager = check_session(Session.of(build_snapshot(tmp_path / "export", tmp_path / "eager"), binary, cache=eager_cache), cluster)
     assert eager_cache.misses > 0
     logging, log = logging_binary(tmp_path, binary)
     with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, lazy):
-        report = check_snapshot(lazy, cluster, logging, CheckOptions(), cache=BuildCache(tmp_path / "cache"))
+        report = check_session(Session.of(lazy, logging, cache=BuildCache(tmp_path / "cache")), cluster)
     assert report == eager
     # No build ran (the log holds only `version --client` probes): every one came from the copy's entries.
     assert set(log.read_text().split()) <= {"--client"}
@@ -570,20 +571,21 @@ def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path:
 def test_a_commit_rendered_before_is_one_cache_entry(example_commit: tuple[Path, str], tmp_path: Path) -> None:
     """A commit's cluster render is kept whole: with every build and summary entry gone, it still renders, unbuilt."""
     from bot.adapters.cache import BuildCache
-    from bot.pipeline.check import CheckOptions, analyse, make_renderer
+    from bot.pipeline.check import analyse
+    from bot.pipeline.session import Session
     from bot.adapters.kustomize import locate_kustomize
 
     root, sha = example_commit
     cache_dir = tmp_path / "cache"
     binary = locate_kustomize()
     with gitrepo.commit_snapshot(root, sha, tmp_path / "first") as (_, snapshot):
-        first = analyse(make_renderer(snapshot, binary, CheckOptions(), BuildCache(cache_dir)), "prod")
+        first = analyse(Session.of(snapshot, binary, cache=BuildCache(cache_dir)).renderer(), "prod")
     kept = ("render-", "tree-", "findings")
     for path in cache_dir.rglob("*.pickle"):
         if not path.stem.startswith(kept) and not path.stem.endswith("-objects"):
             path.unlink()
     with gitrepo.commit_snapshot(root, sha, tmp_path / "again") as (_, snapshot):
-        again = analyse(make_renderer(snapshot, binary, CheckOptions(), BuildCache(cache_dir)), "prod")
+        again = analyse(Session.of(snapshot, binary, cache=BuildCache(cache_dir)).renderer(), "prod")
     assert again.renderer.builds_run == 0
     assert again.report == first.report
     assert [(t, len(r.manifests), r.inputs) for t, r in again.render.tiers.items()] == [(t, len(r.manifests), r.inputs) for t, r in first.render.tiers.items()]

@@ -17,11 +17,14 @@ from typing import Any, Mapping
 import pytest
 
 from bot.engine.config import load_repo_config
-from bot.pipeline.check import CheckOptions, check_repository, check_snapshot
+from bot.pipeline.check import CheckOptions, check_repository, check_session
 from bot.engine.generate import generated_resources
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Finding, Manifest, Severity, TierId
-from bot.pipeline.renderer import SECRET_MASK, ClusterRender, RenderLimits, Renderer
+from bot.engine.discovery import RenderLimits
+from bot.engine.rendered import SECRET_MASK, ClusterRender
+from bot.pipeline.renderer import Renderer
+from bot.pipeline.session import Session
 from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
@@ -42,13 +45,14 @@ def render(
     links: Mapping[str, str] = {},
     raw: Mapping[str, bytes] = {},
     snapshot_options: Mapping[str, Any] = {},
-    **renderer_options: Any,
+    limits: RenderLimits = RenderLimits(),
+    **session_options: Any,
 ) -> tuple[Renderer, ClusterRender]:
     """Write a repo (text files, byte files, symlinks), snapshot it and render cluster `dev`."""
     repo = write_tree(tmp_path / "repo", files)
     _add_raw_and_links(repo, raw, links)
     snap = build_snapshot(repo, tmp_path / "snap", **snapshot_options)
-    renderer = Renderer(snap, load_repo_config(snap.read_text(".fluxwarden.yaml")), binary, **renderer_options)
+    renderer = Session(snap, load_repo_config(snap.read_text(".fluxwarden.yaml")), binary, **session_options).renderer(limits)
     return renderer, renderer.render_cluster("dev", "clusters/dev")
 
 
@@ -739,7 +743,7 @@ def test_untrusted_input(
 
     # the full check pipeline agrees and shows nothing of the host
     snap = build_snapshot(tmp_path / "r/repo", tmp_path / "snap2")
-    report = check_snapshot(snap, "dev", binary, CheckOptions())
+    report = check_session(Session.of(snap, binary), "dev")
     assert any(f.check == check for f in report.findings)
     shown = json.dumps([f.to_json() for f in [*cr.findings, *report.findings]])
     assert MARKER not in shown

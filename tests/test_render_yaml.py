@@ -16,7 +16,7 @@ from bot.service.cli import main
 from bot.pipeline.check import check_repository
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Finding, TierId
-from bot.pipeline.renderer import ClusterRender
+from bot.engine.rendered import ClusterRender
 from bot.engine.yamlio import load_stream
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, write_tree
 from tests.test_render import APP, OWNER, app_repo, by_ref, render

@@ -156,14 +156,14 @@ def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str 
     ids=["added", "same", "message-changed", "second-in-same-object", "severity-raised", "second-drift"],
 )
 def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list[bool]) -> None:
-    from bot.pipeline.review import mark_new
+    from bot.engine.review import mark_new
 
     assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
 
 
 def test_a_finding_moved_with_its_object_is_not_new_and_a_gone_one_is_resolved() -> None:
     from bot.engine.model import ObjectRef, SourceLocation
-    from bot.pipeline.review import mark_new, resolved_findings
+    from bot.engine.review import mark_new, resolved_findings
 
     sp = ObjectRef("cdi.kubevirt.io/v1beta1", "StorageProfile", "", "longhorn-vm")
     before = Finding("missing-provider", Severity.WARNING, "m", TierId("flux-system", "platform-config"), sp, SourceLocation("platform-config/sp.yaml", 3))

@@ -11,7 +11,8 @@ import pytest
 
 from bot.engine.diff import ChangeKind
 from bot.engine.model import Severity
-from bot.pipeline.review import ClusterReview, review_repository
+from bot.engine.review import ClusterReview
+from bot.pipeline.review import review_repository
 from bot.engine.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
 from tests.golden import GOLDEN_DIR, assert_golden
 from tests.test_review import seed_pr  # noqa: F401  (the fixture)

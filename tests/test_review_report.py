@@ -13,7 +13,7 @@ import pytest
 from bot.engine.diff import ChangeKind, ClusterDiff, ObjectChange, SecretKeyChanges, TierDiff
 from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
 from bot.engine.report import CheckReport, TierSummary
-from bot.pipeline.review import ClusterReview, ReviewedFinding
+from bot.engine.review import ClusterReview, ReviewedFinding
 from bot.engine.review_report import (
     MARKER,
     format_review_markdown,

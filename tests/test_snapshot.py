@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.pipeline.check import CheckOptions, check_snapshot
+from bot.pipeline.check import check_session
+from bot.pipeline.session import Session
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.sourceignore import IgnoreRules
 from bot.adapters.workspace import DEFAULT_IGNORE, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
@@ -289,7 +290,7 @@ def test_snapshot_never_writes_to_the_checkout(tmp_path: Path) -> None:
     write_tree(repo, {"clusters/dev/b.yaml": dump(ks("b", "./b", namePrefix="p-"))})
     before = {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     snap = build_snapshot(repo, tmp_path / "out")
-    report = check_snapshot(snap, "dev", locate_kustomize(), CheckOptions())
+    report = check_session(Session.of(snap, locate_kustomize()), "dev")
     assert not report.findings
     assert {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
     assert {p.relative_to(snap.root): p.read_bytes() for p in snap.root.rglob("*") if p.is_file()} == before
@@ -348,13 +349,13 @@ def test_a_commit_with_a_symlink_is_left_to_the_copy(tmp_path: Path) -> None:
 
 
 def test_a_file_the_filesystem_cannot_hold_fails_its_tier_not_the_check(tmp_path: Path) -> None:
-    from bot.pipeline.check import CheckOptions, check_snapshot
+    from bot.pipeline.check import check_session
     from bot.adapters.kustomize import locate_kustomize
     long_name = "x" * 300 + ".yaml"  # git allows it; Linux file names stop at 255 bytes
     blobs = {"a" * 40: b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"}
     entries = [_tree("clusters"), _tree("clusters/dev"), _blob(f"clusters/dev/{long_name}", "a" * 40)]
     snapshot = build_lazy_snapshot("r" * 40, entries, blobs.__getitem__, tmp_path / "snap")
-    report = check_snapshot(snapshot, "dev", locate_kustomize(), CheckOptions())
+    report = check_session(Session.of(snapshot, locate_kustomize()), "dev")
     [failed] = [f for f in report.findings if f.check == "render-failed"]
     assert "cannot be written for kustomize (File name too long)" in failed.message
 

@@ -18,7 +18,9 @@ from bot.engine.diff import ChangeKind
 from bot.engine.errors import ConfigError
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Finding, Severity, SourceLocation, TierId
-from bot.pipeline.renderer import ClusterRender, Renderer
+from bot.engine.rendered import ClusterRender
+from bot.pipeline.renderer import Renderer
+from bot.pipeline.session import Session
 from bot.pipeline.review import review_repository
 from bot.adapters.workspace import Snapshot, build_snapshot
 from tests.fluxrepo import dump, kustomization, ks, obj, write_tree
@@ -42,7 +44,7 @@ def binary() -> KustomizeBinary:
 def render(tmp_path: Path, files: Mapping[str, str], binary: KustomizeBinary, entry: str = "clusters/dev") -> tuple[Renderer, ClusterRender]:
     repo = write_tree(tmp_path / "repo", files)
     snap = build_snapshot(repo, tmp_path / "snap")
-    renderer = Renderer(snap, load_repo_config(snap.read_text(".fluxwarden.yaml")), binary)
+    renderer = Session(snap, load_repo_config(snap.read_text(".fluxwarden.yaml")), binary).renderer()
     return renderer, renderer.render_cluster("dev", entry)
 
 

@@ -20,11 +20,10 @@ from bot.engine.tierfix import (
     first_stale,
     graph_changes,
     plan_tier_fix,
-    read_tier_order_file,
-    read_tree_state,
     union_graph,
 )
 from bot.engine.tierorder import read_tier_order, stale_reasons
+from bot.pipeline.tier_state import read_tier_order_file, read_tree_state
 from tests.gitrepo import EXAMPLE, pre_fix
 
 SEED_SCRIPT = """\

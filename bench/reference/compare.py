@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bot.engine.config import cluster_entry
-from bot.pipeline.check import CheckOptions, make_renderer
+from bot.pipeline.session import Session
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import build_snapshot
 
@@ -31,7 +31,7 @@ def fluxwarden_view(repo: Path, cluster: str) -> dict:
     """Every tier of the cluster and the object identities it renders, as flux_local_dump.py writes flux-local's."""
     with tempfile.TemporaryDirectory() as tmp:
         snapshot = build_snapshot(repo, Path(tmp))
-        renderer = make_renderer(snapshot, locate_kustomize(None), CheckOptions())
+        renderer = Session.of(snapshot, locate_kustomize(None)).renderer()
         render = renderer.render_cluster(cluster, cluster_entry(renderer.config, cluster, snapshot))
         built = {
             f"{tid.namespace}/{tid.name}": {"path": t.spec.path, "objects": sorted(_identity(m.ref.api_version, m.ref.kind, m.ref.namespace, m.ref.name) for m in t.manifests)}

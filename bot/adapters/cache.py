@@ -1,6 +1,6 @@
 """An on-disk cache of kustomize builds, keyed by the content of everything a build reads.
 
-A tier's key is the kustomize version, the spec fields kustomize sees, and the git blob id of each
+bot/pipeline/memo.py makes the keys and decides what goes in. A tier's key is the kustomize version, the spec fields kustomize sees, and the git blob id of each
 input file (kustomization files, the resources they name, every file of each directory they
 reach). Finished tiers (after substitution) are cached under that key plus their variables.
 """
@@ -16,21 +16,34 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any
 
-if TYPE_CHECKING:
-    from bot.adapters.workspace import Snapshot
+
+# The code whose change can change a cached result: the engine (models, Flux rules, checks, its data),
+# the pipeline that runs it (what a render memoises and under which keys), and the adapters whose output
+# is cached or shapes a key: kustomize (how a build runs), workspace (what a snapshot holds and how a
+# file is hashed), git (a commit's listing, cached by tree id) and this module (keys and format).
+# Service code, handlers and the other adapters (GitHub, Kubernetes, scheduler) never reach an entry:
+# an edit there keeps the cache warm instead of making every deployment rebuild every tier.
+FINGERPRINTED = ("engine", "pipeline", "adapters/cache.py", "adapters/git.py", "adapters/kustomize.py", "adapters/workspace.py")
+
+
+def fingerprint(package: Path) -> str:
+    """A hash of the code and data under `package` (the `bot` directory) that FINGERPRINTED names."""
+    digest = hashlib.sha256()
+    for name in FINGERPRINTED:
+        top = package / name
+        paths = sorted(top.rglob("*")) if top.is_dir() else [top]
+        for path in paths:
+            if path.suffix in (".py", ".yaml") and path.is_file():
+                digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A hash of the engine's own code and data: another version (or a local edit) never reads these entries."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".yaml") and path.is_file():
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    """This installation's `fingerprint`: another version (or a local edit) never reads these entries."""
+    return fingerprint(Path(__file__).resolve().parents[1])
 
 
 def versioned_key(*parts: Any) -> str:
@@ -77,38 +90,6 @@ def default_cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "fluxwarden"
-
-
-class ContentHasher:
-    """Content ids of snapshot files and directories, memoised: tiers share files and each is read once.
-
-    A file's id is its git blob id (known without reading it for a lazy snapshot of a commit); a
-    directory's is a hash over the ids of the files directly in it.
-    """
-
-    def __init__(self, snapshot: "Snapshot") -> None:
-        self.snapshot = snapshot
-        self._digests: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def digest(self, rel: str) -> str:
-        with self._lock:
-            cached = self._digests.get(rel)
-        if cached is not None:
-            return cached
-        if self.snapshot.is_dir(rel):
-            names = self.snapshot.list_dir(rel)[1]
-            listing = "\0".join(f"{n}={self.digest(f'{rel}/{n}' if rel else n)}" for n in names)
-            value = "dir:" + hashlib.sha256(listing.encode()).hexdigest()
-        else:
-            value = self.snapshot.file_digest(rel) or "missing"
-        with self._lock:
-            self._digests[rel] = value
-        return value
-
-    def key(self, parts: Iterable[Any], inputs: Iterable[str]) -> str:
-        """A cache key over arbitrary JSON-able parts and the content of `inputs`."""
-        return versioned_key(list(parts), [(p, self.digest(p)) for p in sorted(inputs)])
 
 
 class BuildCache:

@@ -15,12 +15,11 @@ from typing import Any
 
 from bot.engine.config import RepoConfig, known_clusters
 from bot.engine.errors import InputError, TierOrderError
-from bot.engine.facts import FactsStore, TierFacts
+from bot.engine.facts import TierFacts, facts_of_render
 from bot.engine.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural as _plural
-from bot.pipeline.renderer import ClusterRender
-from bot.engine.tree import RepoTree
-from bot.engine.tree import CONFIG_FILE, normalise_repo_path
+from bot.engine.rendered import ClusterRender
+from bot.engine.tree import CONFIG_FILE, RepoTree, normalise_repo_path
 from bot.engine.tierorder import read_tier_order
 from bot.engine.yamlio import load_all
 
@@ -127,7 +126,7 @@ def discover_bootstrap(
     """
     knowledge = knowledge or default_knowledge()
     if facts is None:
-        facts = FactsStore(knowledge).of_render(render)
+        facts = facts_of_render(render, knowledge)
     in_git = _helm_releases(facts)
     found = _Found()
     others = [path for name, path in known_clusters(config, snapshot).items() if name != render.cluster and path != render.entry]

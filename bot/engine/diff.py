@@ -41,7 +41,7 @@ import yaml
 
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Manifest, ObjectRef, Severity, TierId, TierSpec, plural
-from bot.pipeline.renderer import ClusterRender, RenderedTier
+from bot.engine.rendered import ClusterRender, RenderedTier
 
 CHECK_PRUNE_TRANSIENT = "prune-transient"
 

@@ -38,7 +38,7 @@ from bot.engine import markdown as md
 from bot.engine.live import KS_LABEL_NAME, KS_LABEL_NAMESPACE, LiveBody, LiveKustomization, LiveState, inventory_id
 from bot.engine.model import GroupKind, Manifest, ObjectRef, TierId, plural
 from bot.engine.providers import Provider, ProviderIndex, ProviderKind
-from bot.pipeline.renderer import ClusterRender, RenderedTier
+from bot.engine.rendered import ClusterRender, RenderedTier
 
 MARKER = "fluxwarden:drift:{cluster}"
 FLUX_KUSTOMIZATION = GroupKind("kustomize.toolkit.fluxcd.io", "Kustomization")

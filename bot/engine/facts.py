@@ -1,23 +1,20 @@
 """What the checks read of one tier's objects, summarised once per tier.
 
 A tier's facts are small (identities, locations, the few bodies a check must read) and are cached
-under the tier's finish key, so checking a commit whose tiers were finished before loads no object
-body: a one-tier PR on a 20,000-object repository reads its 199 untouched tiers as facts.
+under the tier's finish key (bot/pipeline/memo.py `FactsStore`), so checking a commit whose tiers were
+finished before loads no object body: a one-tier PR on a 20,000-object repository reads its 199
+untouched tiers as facts.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.engine.knowledge import KnowledgeBase
 from bot.engine.model import GroupKind, Manifest, ObjectRef, SourceLocation, TierId
-
-if TYPE_CHECKING:
-    from bot.adapters.cache import BuildCache
-    from bot.pipeline.renderer import ClusterRender, RenderedTier
+from bot.engine.rendered import ClusterRender
 
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 HELM_RELEASE = GroupKind("helm.toolkit.fluxcd.io", "HelmRelease")
@@ -129,38 +126,9 @@ def flux_control(manifest: Manifest, key: str, values: tuple[str, ...]) -> bool:
     return False
 
 
-class FactsStore:
-    """Tier facts by finish key: in this process's memo, else the build cache, else read from the objects."""
-
-    def __init__(self, knowledge: KnowledgeBase, cache: "BuildCache | None" = None, memo: dict | None = None) -> None:
-        self.knowledge = knowledge
-        self.cache = cache
-        # Derived kinds depend on the knowledge's rules: another rule set is another entry.
-        self._rules = hashlib.sha256(repr(knowledge.derived).encode()).hexdigest()[:16]
-        self._memo = memo if memo is not None else {}
-        self._unkeyed: dict[int, tuple[RenderedTier, TierFacts]] = {}
-
-    def of(self, tier: "RenderedTier") -> TierFacts:
-        """The facts of one finished tier."""
-        if tier.finish_key is None:  # not cacheable: remembered for this very tier object only
-            held = self._unkeyed.get(id(tier))
-            if held is None or held[0] is not tier:
-                held = self._unkeyed[id(tier)] = (tier, tier_facts(tier.manifests, self.knowledge))
-            return held[1]
-        key = f"facts-{tier.finish_key}-{self._rules}"
-        facts = self._memo.get(key)
-        if facts is None and self.cache is not None:
-            facts = self.cache.get(key)
-        if facts is None:
-            facts = tier_facts(tier.manifests, self.knowledge)
-            if self.cache is not None:
-                self.cache.put(key, facts)
-        self._memo[key] = facts
-        return facts
-
-    def of_render(self, render: "ClusterRender") -> dict[TierId, TierFacts]:
-        """The facts of every tier of a cluster, in the render's order."""
-        return {tid: self.of(tier) for tid, tier in render.tiers.items()}
+def facts_of_render(render: ClusterRender, knowledge: KnowledgeBase) -> dict[TierId, TierFacts]:
+    """The facts of every tier of a cluster, in the render's order (bot/pipeline/memo.py `FactsStore` remembers them)."""
+    return {tid: tier_facts(tier.manifests, knowledge) for tid, tier in render.tiers.items()}
 
 
 def crd_kind(body: Mapping[str, Any]) -> GroupKind | None:

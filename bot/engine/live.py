@@ -30,7 +30,7 @@ from bot.engine.facts import TierFacts
 from bot.engine.knowledge import KnowledgeBase
 from bot.engine.model import Finding, GroupKind, ObjectRef, Severity, SourceRef, TierId, TierSpec, plural
 from bot.engine.providers import Provider, ProviderIndex, ProviderKind
-from bot.pipeline.renderer import ClusterRender
+from bot.engine.rendered import ClusterRender
 
 CHECK_FAILED = "precondition-failed"
 CHECK_UNKNOWN = "precondition-unknown"

@@ -7,10 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
-from bot.engine.facts import FactsStore, TierFacts
+from bot.engine.facts import TierFacts, facts_of_render
 from bot.engine.knowledge import ChartRule, KnowledgeBase, RuntimeCrdRule
 from bot.engine.model import GroupKind, Manifest, ObjectRef, TierId
-from bot.pipeline.renderer import ClusterRender
+from bot.engine.rendered import ClusterRender
 
 
 class ProviderKind(str, enum.Enum):
@@ -51,7 +51,7 @@ class ProviderIndex:
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
         if facts is None:
-            facts = FactsStore(knowledge).of_render(render)
+            facts = facts_of_render(render, knowledge)
         self.facts = facts
         oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
         for tier, tier_facts in facts.items():

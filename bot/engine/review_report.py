@@ -31,7 +31,7 @@ from bot.engine import markdown as md
 from bot.engine.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
 from bot.engine.model import Finding, Severity, TierId
 from bot.engine.report import SEVERITY_ICON
-from bot.pipeline.review import ClusterReview, ReviewedFinding
+from bot.engine.review import ClusterReview, ReviewedFinding
 
 DEFAULT_MARKER = "fluxwarden:review"
 MARKER = f"<!-- {DEFAULT_MARKER} -->"

@@ -11,27 +11,22 @@ cluster of a repository (tier name -> the names it depends on) and the tier orde
 * or that no single order fits (`TierOrderConflict`): the union of the clusters' edges has a cycle; the
   message names the edges of that cycle and the clusters that have each.
 
-`read_tree_state` (at the end) is the one impure helper: it renders every cluster of a checked-out tree with
-the engine's renderer to get those graphs. Names are plain Kustomization names, as `tier-order-stale` compares
-them; each cluster's entry path (the `flux-system` Kustomization) is not a tier.
+`bot.pipeline.tier_state.read_tree_state` renders every cluster of a checked-out tree to get those graphs.
+Names are plain Kustomization names, as `tier-order-stale` compares them; each cluster's entry path (the
+`flux-system` Kustomization) is not a tier.
 """
 
 from __future__ import annotations
 
 import difflib
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sequence
+from typing import AbstractSet, Callable, Mapping, Sequence
 
 from bot.engine import markdown
-from bot.engine.errors import TierOrderError, UserError
+from bot.engine.errors import UserError
 from bot.engine.tierorder import StaleReason, find_cycle, read_tier_order, rewrite_tier_order, stable_order, stale_reasons
 from bot.engine.tierorder import _lcs  # the same longest-common-subsequence the rewrite keeps lines by
-
-if TYPE_CHECKING:
-    from bot.engine.config import RepoConfig
 
 __all__ = [
     "BRANCH",
@@ -48,7 +43,6 @@ __all__ = [
     "first_stale",
     "graph_changes",
     "plan_tier_fix",
-    "read_tree_state",
     "union_graph",
 ]
 
@@ -440,7 +434,7 @@ def first_stale(commits: Sequence[str], is_stale: Callable[[str], bool | None]) 
 
 
 # --------------------------------------------------------------------------------------------
-# Reading a checked-out tree (the only impure part: it runs kustomize through the renderer)
+# One revision's state (read by bot/pipeline/tier_state.py)
 
 
 @dataclass(frozen=True)
@@ -461,68 +455,6 @@ class TreeState:
         if not self.graphs:
             raise UserError("no clusters found (configure `clusters` in .fluxwarden.yaml)")
         return plan_tier_fix(self.graphs, self.text, file=self.file, variable=self.variable)
-
-
-def read_tier_order_file(tree: Path, rel: str) -> str | None:
-    """The text of a repo file, exactly (line endings kept); None when missing. Refuses symlinks and escapes."""
-    root = tree.resolve()
-    path = tree / rel
-    if path.is_symlink():
-        raise UserError(f"tier order file {rel} is a symlink; refusing to read or edit it")
-    if not path.exists():
-        return None
-    if not path.is_file() or root not in path.resolve().parents:
-        raise UserError(f"tier order file {rel} is not a regular file in the repository")
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            return handle.read()
-    except UnicodeDecodeError:
-        raise TierOrderError(f"{rel} is not UTF-8 text") from None
-
-
-def read_tree_state(tree: Path, *, kustomize: str | None = None, jobs: int | None = None, timeout: float = 120.0,
-                    cache_dir: Path | None = None, config: RepoConfig | None = None) -> TreeState:
-    """Render every cluster of the checked-out `tree` (graphs only) and read its tier order file.
-
-    `config` stands in for the tree's `.fluxwarden.yaml` (`--config FILE`).
-    """
-    from bot.adapters.cache import BuildCache
-    from bot.engine.config import known_clusters, load_repo_config
-    from bot.engine.graph import TierGraph
-    from bot.adapters.kustomize import locate_kustomize
-    from bot.pipeline.renderer import Renderer
-    from bot.adapters.workspace import build_snapshot, read_config_text
-
-    if not tree.is_dir():
-        raise UserError(f"{tree} is not a directory")
-    if config is None:
-        config = load_repo_config(read_config_text(tree))
-    if config.tier_order is None:
-        return TreeState(None, None, None)
-    setting = config.tier_order
-    text = read_tier_order_file(tree, setting.file)
-    binary = locate_kustomize(kustomize)
-    graphs: dict[str, dict[str, frozenset[str]]] = {}
-    with tempfile.TemporaryDirectory(prefix="fluxwarden-tierfix-") as tmp:
-        snapshot = build_snapshot(tree, Path(tmp))
-        cache = BuildCache(cache_dir) if cache_dir is not None else None
-        renderer = Renderer(snapshot, config, binary, jobs=jobs, timeout=timeout, cache=cache)
-        for cluster, entry_path in sorted(known_clusters(config, snapshot).items()):
-            render = renderer.render_cluster(cluster, entry_path, graph_only=True)
-            broken = sorted(
-                str(tid) for tid, tier in render.tiers.items() if not tier.rendered and config.is_this_repo(tier.spec.source)
-            )
-            if broken:
-                raise IncompleteRender(
-                    f"cluster {cluster}: {', '.join(broken)} could not be rendered, so the graph may miss Kustomizations "
-                    "they define; fix the render (`fluxwarden check`) before fixing the tier order"
-                )
-            graph = TierGraph(t.spec for t in render.tiers.values())
-            entry = next(iter(render.tiers))
-            graphs[cluster] = {
-                tid.name: frozenset(d.name for d in graph.deps[tid] if d != entry) for tid in graph.nodes if tid != entry
-            }
-    return TreeState(setting.file, setting.variable, text, graphs)
 
 
 def _join(names: Sequence[str]) -> str:

@@ -9,22 +9,18 @@ An unreachable cluster is not an exception here: the report comes back with `err
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from bot.adapters.cache import BuildCache
-from bot.engine.config import RepoConfig, cluster_entry, snapshot_config
+from bot.engine.config import RepoConfig, cluster_entry
 from bot.engine.drift import DriftOptions, DriftReport, build_drift_report, objects_to_read
-from bot.pipeline.check import CheckOptions
 from bot.engine.errors import UserError
 from bot.engine.knowledge import default_knowledge
-from bot.adapters.kustomize import locate_kustomize
 from bot.engine.providers import ProviderIndex
-from bot.pipeline.renderer import ClusterRender, Renderer
-from bot.adapters.workspace import build_snapshot
+from bot.engine.rendered import ClusterRender
+from bot.pipeline.session import CheckOptions, open_run
 
 if TYPE_CHECKING:
     from bot.adapters.kube import ClusterAccess
@@ -48,15 +44,11 @@ def render_cluster(
     """Render `cluster` of the working tree `tree` (blocking: kustomize runs here); `config` None: the tree's `.fluxwarden.yaml`."""
     if not tree.is_dir():
         raise UserError(f"{tree} is not a directory")
-    binary = locate_kustomize(options.kustomize)
-    with tempfile.TemporaryDirectory(prefix="fluxwarden-drift-") as tmp:
-        snapshot = build_snapshot(tree, Path(tmp))
-        config = config or snapshot_config(snapshot)
-        entry = cluster_entry(config, cluster, snapshot)
-        knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-        cache = BuildCache(cache_dir) if cache_dir is not None else None
-        renderer = Renderer(snapshot, config, binary, jobs=options.jobs, timeout=options.timeout, cache=cache)
-        render = renderer.render_cluster(cluster, entry)
+    with open_run(replace(options, cache_dir=cache_dir), prefix="fluxwarden-drift-") as run:
+        session = run.tree(tree, config=config)
+        entry = cluster_entry(session.config, cluster, session.snapshot)
+        knowledge = default_knowledge().with_user_rules(list(session.config.runtime_crds))
+        render = session.renderer().render_cluster(cluster, entry)
         return RenderedCluster(render, ProviderIndex(render, knowledge))
 
 

@@ -14,7 +14,7 @@ from bot.engine.diff import SOPS_VALUE, SOPS_VALUE_MASK, mask_secret
 from bot.pipeline.check import BuiltCluster
 from bot.engine.errors import UserError
 from bot.engine.model import Finding, TierId
-from bot.pipeline.renderer import RenderedTier
+from bot.engine.rendered import RenderedTier
 from bot.engine.yamlio import GoQuoting
 
 LISTED = 10  # tier names listed in an "unknown tier" error before "and N more"

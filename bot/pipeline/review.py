@@ -3,113 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import re
-import tempfile
-from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from bot.adapters import git as gitrepo
-from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine.coldstart import compare
 from bot.engine.config import CONFIG_FILE, RepoConfig, load_repo_config
-from bot.pipeline.check import Analysis, CheckOptions, analyse, build_report, make_renderer, run_cache
+from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine.errors import UserError
-from bot.adapters.kustomize import locate_kustomize
 from bot.engine.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
-from bot.engine.model import Finding, Severity, SourceLocation, TierId
+from bot.engine.model import Finding, TierId
+from bot.engine.review import ClusterReview, mark_new, resolved_findings, with_config_notice
+from bot.engine.verdict import build_report
+from bot.pipeline.check import Analysis, analyse
 from bot.pipeline.renderer import PriorBuilds, Renderer
-from bot.engine.report import CheckReport
-from bot.adapters.workspace import build_snapshot
-
-
-@dataclass(frozen=True)
-class ReviewedFinding:
-    """A head-side finding, marked new when the base side did not have it."""
-
-    finding: Finding
-    new: bool
-
-
-@dataclass(frozen=True)
-class ClusterReview:
-    """What a change does to one cluster."""
-
-    cluster: str
-    base_sha: str
-    head_sha: str | None  # None: the working tree
-    head: CheckReport
-    diff: ClusterDiff
-    findings: tuple[ReviewedFinding, ...]
-    changed_files: frozenset[str]
-    changed_tiers: frozenset[TierId]
-    kustomize_builds: int = 0  # builds actually run (the rest came from the cache)
-    # with a live state: the tiers whose live preconditions were checked (changed ∪ move ends ∪ required)
-    precondition_tiers: frozenset[TierId] = frozenset()
-    cold_start_change: str | None = None  # `this change resolves a cold-start deadlock` (bot/engine/coldstart.py compare)
-    resolved: tuple[Finding, ...] = ()  # base findings the head no longer has (what the change fixes)
-
-    @property
-    def new_errors(self) -> int:
-        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.ERROR)
-
-    @property
-    def new_warnings(self) -> int:
-        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.WARNING)
-
-
-# Checks whose findings are about one variable of an object: two variables, two findings.
-_VARIABLE_CHECKS = frozenset({"undefined-variable", "literal-token"})
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _subject(finding: Finding) -> tuple:
-    """What a finding is about, on either side: check + object (+ variable), not its tier.
-
-    An object moved to another tier keeps its findings (a problem it only moved is not new); a
-    finding about no object is about its tier and file. Messages may change (counts), the subject not.
-    """
-    if finding.object is not None:
-        variable = _VARIABLE.search(finding.message) if finding.check in _VARIABLE_CHECKS else None
-        return (finding.check, finding.severity, finding.object.identity, variable.group(1) if variable else None)
-    return (finding.check, finding.severity, finding.kustomization, finding.location.file if finding.location else None)
-
-
-# Findings that say the head was not checked: never "pre-existing", or a cluster that renders
-# nothing on both sides would pass every change.
-ALWAYS_NEW = frozenset({"nothing-rendered"})
-
-
-def _pair(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[list[bool], list[bool]]:
-    """Which head and which base findings pair up, each used once: exact (subject and message) first, then subject."""
-    head_paired, base_paired = [False] * len(head), [False] * len(base)
-    for same in (lambda f: (_subject(f), f.message), _subject):
-        waiting: dict = {}
-        for j, f in enumerate(base):
-            if not base_paired[j] and f.check not in ALWAYS_NEW:
-                waiting.setdefault(same(f), []).append(j)
-        for i, f in enumerate(head):
-            if not head_paired[i] and waiting.get(same(f)):
-                base_paired[waiting[same(f)].pop(0)] = True
-                head_paired[i] = True
-    return head_paired, base_paired
-
-
-def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[ReviewedFinding, ...]:
-    """Pair head findings with base ones, each base finding used once; unpaired head findings are new.
-
-    Exact matches (same subject and message) pair first, then same subject: a second undefined
-    variable in the same object, or a severity raised from info to error, stays new. A finding
-    that says nothing was checked (ALWAYS_NEW) is never paired.
-    """
-    paired, _ = _pair(head, base)
-    return tuple(ReviewedFinding(f, not p) for f, p in zip(head, paired))
-
-
-def resolved_findings(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[Finding, ...]:
-    """The base's errors and warnings that no head finding pairs with: what the change fixes."""
-    _, paired = _pair(head, base)
-    return tuple(f for f, p in zip(base, paired) if not p and f.severity in (Severity.ERROR, Severity.WARNING) and f.check not in ALWAYS_NEW)
+from bot.pipeline.session import CheckOptions, open_run
 
 
 def _with_line(finding: Finding, side: Analysis) -> Finding:
@@ -144,30 +52,28 @@ def review_repository(
     """
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
-    binary = locate_kustomize(options.kustomize)
-    memo: dict = {}  # tiers equal on both sides are finished once
     changed = gitrepo.changed_files(repo, base, head)
     # The CLI passes the default cache dir unless --no-cache.
-    with run_cache(cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix="fluxwarden-") as tmp, ExitStack() as stack:
-        work = Path(tmp)
-        base_sha, base_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, base, work / "base", cache))
+    with open_run(replace(options, cache_dir=cache_dir)) as run:
+        base_sha, base_snapshot = run.commit(repo, base, name="base")
         if config_from_base:
             config = load_repo_config(base_snapshot.read_config())
         head_sha: str | None
         if head is None:
-            head_sha, head_snapshot = None, build_snapshot(repo, work / "head")
+            head_sha, head_session = None, run.tree(repo, config=config, name="head")
         else:
-            head_sha, head_snapshot = stack.enter_context(gitrepo.commit_snapshot(repo, head, work / "head", cache))
-        head_renderer = make_renderer(head_snapshot, binary, options, cache, memo, config=config)
-        stack.callback(head_renderer.settle)  # before the work dir goes
+            head_sha, head_snapshot = run.commit(repo, head, name="head")
+            head_session = run.session(head_snapshot, config=config)
+        head_renderer = head_session.renderer()
+        run.stack.callback(head_renderer.settle)  # before the work dir goes
         try:
-            base_renderer: Renderer | None = make_renderer(base_snapshot, binary, options, cache, memo, config=config)
+            base_renderer: Renderer | None = run.session(base_snapshot, config=config).renderer()
         except UserError:
             base_renderer = None  # a .fluxwarden.yaml the base cannot read: judged as a new cluster
         # Tiers no changed path touches reuse the base's builds (affected-only rendering). Only for a
         # committed head: a working tree also holds git-ignored files that no diff lists (the
         # content-keyed cache still serves it).
-        prior = PriorBuilds(base_renderer, changed) if base_renderer is not None and head_snapshot.tree is not None else None
+        prior = PriorBuilds(base_renderer, changed) if base_renderer is not None and head_session.snapshot.tree is not None else None
         if prior is not None:
             head_renderer.build_ahead(prior.touched())  # the touched tiers build while the base renders
         try:
@@ -178,19 +84,7 @@ def review_repository(
             head_renderer.reuse(prior)
         head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap)
         review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
-        return _with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
-
-
-def _with_config_notice(review: ClusterReview) -> ClusterReview:
-    """A PR that changes `.fluxwarden.yaml` was judged under the base's: it says so, as a new warning."""
-    notice = Finding(
-        "config-changed",
-        Severity.WARNING,
-        f"this change edits {CONFIG_FILE}; it was reviewed under the base branch's configuration "
-        "(clusters, required tiers, runtime CRDs, tier order), and the edit takes effect after merge",
-        location=SourceLocation(CONFIG_FILE),
-    )
-    return replace(review, findings=(ReviewedFinding(notice, new=True), *review.findings))
+        return with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
 
 
 def _review(

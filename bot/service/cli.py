@@ -239,7 +239,7 @@ def _check_kubeconfig(kubeconfig: Path | None) -> None:
 
 def _tier_order(args: argparse.Namespace) -> int:
     """Print the order every cluster needs; 0 right (or fixed), 1 stale and not fixed, 2 impossible/usage."""
-    from bot.engine.tierfix import read_tree_state
+    from bot.pipeline.tier_state import read_tree_state
 
     state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout, config=_config(args))
     fix = state.plan()  # TierOrderConflict and unreadable lists are FluxwardenErrors: one line, exit 2
@@ -285,7 +285,8 @@ def _drift(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     """Print the rendered objects: 0 rendered, 1 a requested tier failed or was not rendered (findings on stderr), 2 usage."""
-    from bot.pipeline.check import nothing_rendered, render_repository
+    from bot.engine.verdict import nothing_rendered
+    from bot.pipeline.check import render_repository
     from bot.pipeline.export import build_findings, format_build, select_tiers, tier_problem
 
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())

@@ -13,7 +13,7 @@ from bot.engine.facts import ObjectStub, TierFacts
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId, plural  # noqa: F401  (plural: for the checks)
 from bot.engine.providers import ProviderIndex
-from bot.pipeline.renderer import ClusterRender
+from bot.engine.rendered import ClusterRender
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.errors import SubstitutionError
 from bot.engine.flux import SUBSTITUTE_ANNOTATION, is_flux_kustomization
 from bot.engine.model import Finding, Manifest, Severity, TierId
-from bot.pipeline.renderer import RenderedTier
+from bot.engine.rendered import RenderedTier
 from bot.engine.substitute import find_references
 
 # ConfigMap keys that hold a whole file (dashboards, scripts) carry tokens meant for another tool.

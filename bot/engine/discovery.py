@@ -1,0 +1,131 @@
+"""Which tiers a finished tier applies, and how far a render may follow them (pure: locating and patching are passed in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping
+
+from bot.engine.artifacts import Artifact, Placement, unreadable
+from bot.engine.config import RepoConfig
+from bot.engine.flux import OperatorSync, TierSpecError, TierSpecShapeError, operator_sync, tier_spec
+from bot.engine.model import Finding, Manifest, SourceLocation, TierId, TierSpec, plural
+from bot.engine.rendered import RawTier, RenderedTier, object_ref, render_failed, same_tier, unsafe_path
+from bot.engine.tree import normalise_repo_path
+
+Locate = Callable[[Manifest], "SourceLocation | None"]
+# Applies a FluxInstance's patches to its sync Kustomization (kustomize runs): (sync, tier, origin, findings) → body.
+PatchSync = Callable[[OperatorSync, TierId, "SourceLocation | None", list[Finding]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """How far one cluster render may go before it stops with a `render-limit` finding.
+
+    Far past what real repositories need (250+ tiers, a few levels of nested Kustomizations, tens of
+    thousands of objects), far short of what a PR that makes Flux create Kustomizations without end takes
+    (`name: loop-${P}` at `path: ./loop` with `postBuild.substitute: {P: "${P}a"}` grows a new tier per
+    generation): the checker must never spend its memory on one.
+    """
+
+    tiers: int = 2_000  # tiers per cluster
+    depth: int = 32  # Kustomizations nested inside Kustomizations
+    path_repeats: int = 2  # times one path may recur among a tier's ancestors (a new namespace re-applies once)
+    objects: int = 200_000  # rendered objects per cluster
+    output_bytes: int = 1 << 30  # kustomize output per renderer (both sides of nothing else)
+
+    def beyond(self, chain: tuple[TierSpec, ...], tiers: int, objects: int, output_bytes: int) -> str | None:
+        """Why the last Kustomization of `chain` (entry first) is not rendered, or None when it is within the limits."""
+        spec = chain[-1]
+        repeats = sum(1 for s in chain[:-1] if (s.source, s.path) == (spec.source, spec.path))
+        if repeats > self.path_repeats:
+            path = " → ".join(str(s.id) for s in chain if (s.source, s.path) == (spec.source, spec.path))
+            return (
+                f"{spec.id} renders path {spec.path or '.'!r} again under a new name ({path}): a Kustomization that "
+                f"recreates itself never ends in Flux either; not rendered (limit: a path {self.path_repeats + 1} times in one chain)"
+            )
+        if len(chain) - 1 > self.depth:
+            return f"{spec.id} is nested {len(chain) - 1} Kustomizations deep; not rendered (limit: {self.depth})"
+        if tiers >= self.tiers:
+            return f"the cluster has more than {self.tiers} Kustomizations; {spec.id} and any after it are not rendered (limit: {self.tiers})"
+        if objects > self.objects:
+            return f"the cluster rendered more than {plural(self.objects, 'object')}; {spec.id} and any after it are not rendered (limit: {self.objects})"
+        if output_bytes > self.output_bytes:
+            return f"kustomize produced more than {self.output_bytes >> 20} MiB for this render; {spec.id} and any after it are not rendered"
+        return None
+
+
+def child_specs(tier: RenderedTier, entry: str, config: RepoConfig, locate: Locate, findings: list[Finding]) -> list[TierSpec]:
+    """The Kustomizations a finished tier applies (the bootstrap one that applies the entry itself aside)."""
+    specs = []
+    for manifest in tier.flux_kustomizations():
+        try:
+            spec = tier_spec(replace(manifest, origin=locate(manifest)), tier.spec.id)
+        except TierSpecShapeError as exc:
+            findings.append(render_failed(tier.spec.id, str(exc), locate(manifest)))
+            continue
+        except TierSpecError as exc:
+            findings.append(unsafe_path(tier.spec.id, str(exc), manifest.origin))
+            continue
+        if spec.path == entry and config.is_this_repo(spec.source) and spec.id == tier.spec.id:
+            continue  # the bootstrap Kustomization that applies the entry path itself
+        specs.append(spec)
+    return specs
+
+
+def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: Locate) -> TierSpec | None:
+    """The Kustomization in the entry tier's own output that applies the entry path from this repository
+    (`flux bootstrap`'s gotk-sync, as patched by its kustomization): the truth about the entry tier."""
+    for manifest in tier.flux_kustomizations():
+        try:
+            spec = tier_spec(manifest, None)
+        except TierSpecError:
+            continue  # `child_specs` reports it
+        if spec.path == entry and config.is_this_repo(spec.source):
+            return replace(spec, origin=locate(manifest))  # located only when found: a file read per tier
+    return None
+
+
+def operator_entry(
+    tiers: dict[TierId, RenderedTier], entry: str, current: TierSpec, findings: list[Finding], config: RepoConfig, locate: Locate, patch: PatchSync
+) -> TierSpec | None:
+    """The sync Kustomization a FluxInstance in git (object or flux-instance HelmRelease) makes for the entry
+    path, when it differs from `current`; its location becomes the entry tier's either way."""
+    for tier in tiers.values():
+        for manifest in tier.discovery_objects():
+            sync = operator_sync(manifest)
+            if sync is None or normalise_repo_path(str(sync.kustomization["spec"]["path"])) != entry:
+                continue
+            origin = locate(manifest)
+            body = patch(sync, tier.spec.id, origin, findings)
+            try:
+                spec = tier_spec(Manifest(object_ref(body) or manifest.ref, body, origin), None)
+            except TierSpecError:
+                continue
+            if spec.path != entry or not config.is_this_repo(spec.source):
+                continue
+            if same_tier(spec, current) and current.id in tiers:
+                tiers[current.id] = replace(tiers[current.id], spec=spec)
+                return None
+            return spec
+    return None
+
+
+def within_artifact(raw: RawTier, artifact: Artifact, placement: Placement) -> tuple[RawTier, str | None]:
+    """A build of a tier on an ExternalArtifact, checked against what the artifact holds: failed when it
+    reads what the artifact lacks; with a reason not to render it when it reads what the artifact holds
+    from elsewhere in the repository."""
+    spec = raw.spec
+    absent, elsewhere = unreadable(artifact, placement, raw.inputs)
+    if elsewhere:
+        return raw, (
+            f"{spec.id} applies {spec.source}, where {elsewhere[0]} is not at its place in the repository "
+            f"({artifact.generator} assembles it from elsewhere); its content is not rendered"
+        )
+    if not absent:
+        return raw, None
+    shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+    message = (
+        f"the build reads {shown}, which {artifact.generator} does not copy into {spec.source}: "
+        "kustomize-controller cannot find it there"
+    )
+    return RawTier(spec, inputs=raw.inputs, failed=True, findings=(render_failed(spec.id, message, spec.origin),)), None

@@ -1,0 +1,114 @@
+"""The one way to open a render: a `Session` is a snapshot, its configuration, kustomize, the build cache and this run's memo.
+
+Every use case (`check`, `review`, `drift`, `tier_state`) opens its sessions through `open_run`, so each
+run takes kustomize's version from the cache, writes within a quarter of the cache's budget, and prunes
+the cache when it is done.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.adapters.cache import BuildCache, cache_budget
+from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_version
+from bot.adapters.workspace import Snapshot, build_snapshot
+from bot.engine.config import RepoConfig, snapshot_config
+from bot.engine.discovery import RenderLimits
+from bot.pipeline.memo import RunMemo
+from bot.pipeline.renderer import Renderer
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How to run a check: which kustomize, how many parallel builds, the per-build timeout, the build cache."""
+
+    kustomize: str | None = None
+    jobs: int | None = None
+    timeout: float = 120.0
+    cache_dir: Path | None = None  # None: no on-disk cache
+    bootstrap: bool = True  # False (`--no-bootstrap`): judge a bare cluster, nothing installed before Flux
+
+
+@dataclass(frozen=True)
+class Session:
+    """One snapshot to render, with the configuration that judges it, kustomize, the build cache and the run's memo."""
+
+    snapshot: Snapshot
+    config: RepoConfig
+    binary: KustomizeBinary
+    cache: BuildCache | None = None
+    jobs: int | None = None
+    timeout: float = 120.0
+    memo: RunMemo = field(default_factory=RunMemo)  # shared by the sessions of one run (both sides of a review)
+
+    @classmethod
+    def of(
+        cls, snapshot: Snapshot, binary: KustomizeBinary, options: CheckOptions = CheckOptions(), *, cache: BuildCache | None = None,
+        config: RepoConfig | None = None, memo: RunMemo | None = None,
+    ) -> "Session":
+        """A session of a snapshot with `config`; None: the snapshot's own `.fluxwarden.yaml` (a UserError when unreadable).
+
+        The one place a render's configuration is chosen: the CLI may name a file (`--config`), a review
+        gives both sides the same one, and the bot may pass the base branch's.
+        """
+        return cls(
+            snapshot, config if config is not None else snapshot_config(snapshot), binary, cache, options.jobs, options.timeout,
+            memo if memo is not None else RunMemo(),
+        )
+
+    def renderer(self, limits: RenderLimits = RenderLimits()) -> Renderer:
+        """A renderer of this session's snapshot (its builds, finished tiers and facts go to the session's memos)."""
+        return Renderer(
+            self.snapshot, self.config, self.binary, jobs=self.jobs, timeout=self.timeout, cache=self.cache, memo=self.memo, limits=limits
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's kustomize, build cache, scratch directory and memo: it opens the sessions of the trees it renders."""
+
+    binary: KustomizeBinary
+    cache: BuildCache | None
+    options: CheckOptions
+    work: Path
+    stack: ExitStack
+    memo: RunMemo = field(default_factory=RunMemo)
+
+    def tree(self, path: Path, *, config: RepoConfig | None = None, name: str = "tree") -> Session:
+        """The session of a working tree (snapshotted under the run's scratch directory)."""
+        return self.session(build_snapshot(path, self.work / name), config=config)
+
+    def commit(self, repo: Path, rev: str, *, name: str) -> tuple[str, Snapshot]:
+        """A commit's SHA and snapshot, kept until the run ends (git is read lazily; see bot/adapters/git.py)."""
+        from bot.adapters import git as gitrepo  # GitPython: only for committed trees
+
+        return self.stack.enter_context(gitrepo.commit_snapshot(repo, rev, self.work / name, self.cache))
+
+    def session(self, snapshot: Snapshot, *, config: RepoConfig | None = None) -> Session:
+        """The session of a snapshot (see `Session.of`), sharing this run's cache and memo."""
+        return Session.of(snapshot, self.binary, self.options, cache=self.cache, config=config, memo=self.memo)
+
+
+@contextmanager
+def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarden-") -> Iterator[Run]:
+    """A run with `options.cache_dir`'s cache (None: none): kustomize located, its scratch directory removed at the end."""
+    binary = locate_kustomize(options.kustomize)
+    with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:
+        yield Run(binary, cache, options, Path(tmp), stack)
+
+
+@contextmanager
+def run_cache(directory: Path | None, binary: KustomizeBinary) -> Iterator[BuildCache | None]:
+    """The build cache of one run (None: no cache): kustomize's version taken from it, kept under its budget after."""
+    if directory is None:
+        yield None
+        return
+    budget = cache_budget()
+    cache = BuildCache(directory, max_write_bytes=budget // 4)  # one run may fill a quarter of the budget
+    remember_version(binary, cache)
+    yield cache
+    cache.prune_if_due(budget)
