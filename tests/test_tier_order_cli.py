@@ -165,3 +165,14 @@ def disagree(root: Path) -> None:
     """Make prod order apps before platform-config while dev keeps platform-config before apps."""
     kfile = root / "clusters/prod/kustomization.yaml"
     kfile.write_text(kfile.read_text().replace("patches:\n", "patches:\n" + PROD_DISAGREES))
+
+
+def test_the_build_cache_is_used_as_check_uses_it(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "cache"
+    first = run(capsys, "--repo", str(repo), "--cache-dir", str(cache))
+    written = sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file())
+    assert written, "tier-order wrote nothing to its build cache"
+    assert run(capsys, "--repo", str(repo), "--cache-dir", str(cache)) == first  # a warm run says the same
+    empty = tmp_path / "unused"
+    run(capsys, "--repo", str(repo), "--no-cache", "--cache-dir", str(empty))
+    assert not empty.exists()

@@ -46,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config-from-commit", action="store_true",
         help="with --base: each side reads its own commit's .fluxwarden.yaml (default: the working tree's, for both sides)",
     )
-    check.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
-    check.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
+    _cache_arguments(check)
     check.add_argument(
         "--no-bootstrap", action="store_true",
         help="judge a bare cluster: nothing the repository installs before Flux (helmfiles, scripts, bootstrap: in .fluxwarden.yaml) is assumed present",
@@ -61,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     tier.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     tier.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     tier.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    _cache_arguments(tier)
     drift = sub.add_parser("drift", help="compare a cluster with the render of the repository, once (read-only)")
     drift.add_argument("--repo", default=".", type=Path, help="repository working tree, e.g. a checkout of the default branch (default: .)")
     drift.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--stuck-after", type=float, default=1800.0, help="seconds a tier may wait on a dependency before it is stuck (default: 1800)")
     drift.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     drift.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
+    _cache_arguments(drift)
     build = sub.add_parser("build", help="print a cluster's rendered objects (what kustomize-controller would apply) as YAML")
     build.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
     build.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
@@ -81,8 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
     build.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
     build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
-    build.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
-    build.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
+    _cache_arguments(build)
     demo = sub.add_parser("demo", help="review the bundled example's CDI fix as a PR: the incident, and what the fix changes")
     demo.add_argument("--example", type=Path, help="the bundled example (default: examples/home-ops, from the Fluxwarden checkout)")
     demo.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    cache_dir = _cache_dir(args)
     options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap)
     if args.head and not args.base:
         raise UserError("--head needs --base")
@@ -237,11 +237,22 @@ def _check_kubeconfig(kubeconfig: Path | None) -> None:
         raise UserError("no kubeconfig: $KUBECONFIG is not set and ~/.kube/config does not exist; pass --kubeconfig FILE")
 
 
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--cache-dir` and `--no-cache`: every command that renders shares one build cache."""
+    parser.add_argument("--cache-dir", type=Path, help="build cache (default: $FLUXWARDEN_CACHE_DIR or ~/.cache/fluxwarden)")
+    parser.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
+
+
+def _cache_dir(args: argparse.Namespace) -> Path | None:
+    """The build cache a command uses (None: --no-cache)."""
+    return None if args.no_cache else (args.cache_dir or default_cache_dir())
+
+
 def _tier_order(args: argparse.Namespace) -> int:
     """Print the order every cluster needs; 0 right (or fixed), 1 stale and not fixed, 2 impossible/usage."""
     from bot.pipeline.tier_state import read_tree_state
 
-    state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout, config=_config(args))
+    state = read_tree_state(args.repo, kustomize=args.kustomize, timeout=args.timeout, cache_dir=_cache_dir(args), config=_config(args))
     fix = state.plan()  # TierOrderConflict and unreadable lists are FluxwardenErrors: one line, exit 2
     sys.stdout.write(fix.report())
     if not fix.needed:
@@ -270,7 +281,8 @@ def _drift(args: argparse.Namespace) -> int:
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
     options = DriftOptions(stuck_after=timedelta(seconds=args.stuck_after))
     report = drift_repository(
-        args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options, config=_config(args)
+        args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options,
+        cache_dir=_cache_dir(args), config=_config(args),
     )
     if report.error is not None:
         raise InfraError(report.error)
@@ -289,7 +301,7 @@ def _build(args: argparse.Namespace) -> int:
     from bot.pipeline.check import render_repository
     from bot.pipeline.export import build_findings, format_build, select_tiers, tier_problem
 
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    cache_dir = _cache_dir(args)
     options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir)
     with render_repository(args.repo, args.cluster, options, config=_config(args)) as built:
         tiers = select_tiers(built, args.tier)  # an unknown tier is a UserError: exit 2
