@@ -20,10 +20,11 @@ import time
 from dataclasses import replace
 
 from bot.engine.errors import FluxwardenError, InfraError
-from bot.service.settings import RepoPolicy
+from bot.engine.jobs import PrecheckKey, PrecheckPlan
+from bot.engine.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
-from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT, PrecheckPlan
+from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
     `stale_after` (a single replica's sweep, no claims): only statuses pending for longer than that, of runs
     this process is not working on, are re-run; at start-up (None) every pending one is.
     """
-    claims = getattr(bot.runner, "claims", None)
+    claims = bot.claims
     plans = []
     for policy in bot.config.repos:
         try:
@@ -86,11 +87,11 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
             outcome = await _how_it_stopped(bot, plan)
             for cluster in outcome["gave-up"]:
                 log.warning("%s#%s %s stopped the checker twice; not re-running it", plan.repo, plan.number, cluster)
-                await bot.runner.give_up(plan, cluster)
+                await bot.prechecks.give_up(plan, cluster)
             for kind, resumed in (("interrupted", False), ("crashed", True)):
                 if outcome[kind]:
                     again = replace(plan, clusters=tuple(outcome[kind]), resumed=resumed)
-                    bot.runner.schedule(again)
+                    bot.prechecks.schedule(again)
                     plans.append(again)
     return plans
 
@@ -105,7 +106,7 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
         log.warning("cannot read statuses of %s#%s: %s", plan.repo, plan.number, exc)
         statuses = []
     outcome: dict[str, list[str]] = {"interrupted": [], "crashed": [], "gave-up": []}
-    claims = getattr(bot.runner, "claims", None)
+    claims = bot.claims
     for cluster in plan.clusters:
         context = STATUS_CONTEXT.format(cluster=cluster)
         if claims is not None and statuses and not claims.abandoned(statuses, context):
@@ -132,7 +133,7 @@ async def _stale_pending(bot: BotContext, policy, pull, stale_after: float) -> l
         latest = next((s for s in statuses if s.context == STATUS_CONTEXT.format(cluster=cluster)), None)
         if latest is None or latest.state != "pending" or now - latest.created_at < stale_after:
             continue
-        if not bot.runner.busy((policy.name, pull.number, cluster), pull.head_sha):
+        if not bot.prechecks.busy(PrecheckKey(policy.name, pull.number, cluster), pull.head_sha):
             stale.append(cluster)
     return stale
 

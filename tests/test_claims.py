@@ -22,11 +22,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from bot.engine.errors import UserError
 from bot.adapters.github import GitHubAdapter, GitHubAuth, StatusInfo
 from bot.service.metrics import new_metrics
-from bot.service.runs import RunQueue
+from bot.service.runs import PrecheckRuns, RunQueue
 from bot.service.app import Service, build_service
 from bot.service.settings import ClusterPolicy, LeaderElection, RepoPolicy, ServiceConfig
 from bot.service.claims import UNTAGGED, Claims, parse_claim, pod_of
-from handlers.precheck import PrecheckPlan, PrecheckRunner
+from handlers.precheck import Precheck, PrecheckPlan
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube
 from tests.test_service import BOT_TOKEN, REPO, SECRET, Origin, payload, sign
@@ -109,9 +109,6 @@ class MemoryGitHub:
         self.sts: list[StatusInfo] = []  # newest first
         self.comments: list[str] = []
 
-    def installation_token(self) -> None:
-        return None
-
     def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
         self.comments.append(bodies[0])
         return [1]
@@ -129,11 +126,11 @@ class MemoryGitHub:
 PLAN = PrecheckPlan(repo=REPO, number=7, head_sha="a" * 40, base_ref="main", clone_url="x", clusters=("prod",), trigger="test")
 
 
-def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRunner:
-    r = PrecheckRunner(github=github, git=None, queue=RunQueue(2, 10), metrics=new_metrics(), cache_dir=tmp_path,  # type: ignore[arg-type]
-                       claims=Claims(github, replica, ttl=TTL))
-    r._live_review = review  # type: ignore[method-assign]
-    return r
+def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRuns:
+    metrics = new_metrics()
+    precheck = Precheck(github=github, git=None, settings=None, metrics=metrics, cache_dir=tmp_path)  # type: ignore[arg-type]
+    precheck.review = review  # type: ignore[method-assign]
+    return PrecheckRuns(precheck, RunQueue(2, 10), metrics, claims=Claims(github, replica, ttl=TTL))
 
 
 async def test_a_run_claimed_elsewhere_writes_nothing(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.engine.commands import help_text
+from tests.handlers.test_registry import help_text
 from bot.engine.tierfix import StaleCommit, TierOrderConflict
 from handlers.comment import reply_body
 from handlers.drift import duplicate_comment, plan_issue

@@ -238,7 +238,7 @@ def test_mask_replaces_every_form_of_the_token() -> None:
 def test_failed_authenticated_fetch_leaks_the_token_nowhere(mirrors: Mirrors) -> None:
     url = "https://127.0.0.1:1/owner/repo.git"  # nothing listens on port 1: a fast, offline failure
     with pytest.raises(GitError) as caught:
-        mirrors.fetch(url, ["refs/heads/main"], token=TOKEN)
+        Mirrors(mirrors.root, credentials=lambda: TOKEN).fetch(url, ["refs/heads/main"])
     message = str(caught.value)
     assert "https://127.0.0.1:1/owner/repo" in message
     assert TOKEN not in message and TOKEN_B64 not in message
@@ -254,7 +254,7 @@ def test_token_reaches_git_through_the_environment_and_is_masked_in_its_output(m
         '    echo "fatal: header was $GIT_CONFIG_VALUE_0 for x-access-token:' + TOKEN + '" >&2; exit 128'
     )
     with pytest.raises(GitError) as caught:
-        mirrors.fetch(origin.url, ["refs/heads/main"], token=TOKEN)
+        Mirrors(mirrors.root, credentials=lambda: TOKEN).fetch(origin.url, ["refs/heads/main"])
     message = str(caught.value)
     assert "fatal: header was Authorization: Basic *** for x-access-token:***" in message
     assert TOKEN not in message and TOKEN_B64 not in message
@@ -264,7 +264,7 @@ def test_token_reaches_git_through_the_environment_and_is_masked_in_its_output(m
 
 
 def test_the_mirror_config_never_holds_the_token(mirrors: Mirrors, origin: Origin) -> None:
-    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head", token=TOKEN)
+    fetched = Mirrors(mirrors.root, credentials=lambda: TOKEN).revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
     config = (fetched.mirror / "config").read_text()
     assert TOKEN not in config and TOKEN_B64 not in config and "extraHeader" not in config
     assert f"url = {origin.path}" in config

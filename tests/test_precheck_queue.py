@@ -1,7 +1,8 @@
 """A run waiting for a worker already shows its pending status and "running" comment (so a crash cannot lose it).
 
 The GitHub and git sides are in-memory implementations of the small interfaces the handler owns
-(handlers/precheck.py PrecheckGitHub / PrecheckGit), in the style of Prow's plugin clients.
+(handlers/context.py PrecheckGitHub, handlers/precheck.py PrecheckGit), in the style of Prow's plugin clients;
+the runs are bot/service/runs.py's PrecheckRuns.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.engine.jobs import PrecheckKey
 from bot.service.metrics import new_metrics
-from bot.service.runs import RunQueue, Submitted
-from handlers.precheck import PrecheckPlan, PrecheckRunner
+from bot.service.runs import PrecheckRuns, RunQueue, Submitted
+from handlers.precheck import Precheck, PrecheckPlan
 
 
 @dataclass
@@ -21,9 +23,6 @@ class RecordingGitHub:
     is_app: bool = False
     statuses: list[tuple[str, str, str]] = field(default_factory=list)  # (sha, context, state)
     comments: dict[str, str] = field(default_factory=dict)
-
-    def installation_token(self) -> str | None:
-        return None
 
     def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
         self.comments[marker] = bodies[0]
@@ -42,11 +41,17 @@ class BlockedGit:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None):
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str):
         self.release.wait(10)
         from bot.engine.errors import InfraError
 
         raise InfraError("origin unreachable")
+
+
+def precheck_runs(github: RecordingGitHub, git: BlockedGit, tmp_path: Path, final_retry: float = 5.0) -> PrecheckRuns:
+    metrics = new_metrics()
+    precheck = Precheck(github=github, git=git, settings=None, metrics=metrics, cache_dir=tmp_path)
+    return PrecheckRuns(precheck, RunQueue(workers=1, max_queued=10), metrics, final_retry=final_retry)
 
 
 def plan(number: int) -> PrecheckPlan:
@@ -55,7 +60,7 @@ def plan(number: int) -> PrecheckPlan:
 
 async def test_queued_run_is_already_pending(tmp_path: Path) -> None:
     github, git = RecordingGitHub(), BlockedGit()
-    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path)
+    runner = precheck_runs(github, git, tmp_path)
     first, second = plan(1), plan(2)
     assert runner.schedule(first) == {"prod": Submitted.STARTED}
     assert runner.schedule(second) == {"prod": Submitted.STARTED}
@@ -100,9 +105,9 @@ class FlakyGitHub(RecordingGitHub):
 async def test_a_refused_final_state_is_written_again_and_the_run_counts_as_busy_meanwhile(tmp_path: Path) -> None:
     github, git = FlakyGitHub(), BlockedGit()
     git.release.set()  # the run ends at once (an `error` status: the fetch fails)
-    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path, final_retry=0.05)
+    runner = precheck_runs(github, git, tmp_path, final_retry=0.05)
     p = plan(1)
-    key = ("o/r", 1, "prod")
+    key = PrecheckKey("o/r", 1, "prod")
     runner.schedule(p)
     await runner.queue.drain(timeout=10)
     assert github.statuses == [] and not runner.queue.running(key, p.head_sha)
