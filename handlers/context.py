@@ -125,7 +125,9 @@ class Git(Protocol):
 class Dispatcher(Protocol):
     """Runs queued jobs, one current version per key (bot/service/runs.py's RunQueue)."""
 
-    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[None]]) -> Submitted: ...
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted: ...
+
+    async def run(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted: ...
 
 
 class Prechecks(Protocol):

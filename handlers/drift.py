@@ -34,7 +34,7 @@ from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine import markdown as md
 from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
 from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.jobs import DriftKey
+from bot.engine.jobs import DriftKey, Submitted
 from bot.engine.model import plural
 from bot.pipeline.drift import read_drift, render_cluster, utcnow
 from handlers.context import BotContext, DriftGitHub
@@ -47,6 +47,7 @@ TITLE = "Drift report: {cluster}"
 MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.markdown.comment (DriftReport.marker)
 STATE_TAG = "fluxwarden:drift-state"
 MAX_REMEMBERED = 300  # items whose first-seen time the issue keeps (the body has room for about that many)
+SCHEDULED = "scheduled"  # every firing is the same version: one still running is joined, never cancelled
 _STATE_RE = re.compile(r"<!-- " + re.escape(STATE_TAG) + r" (\{.*?\}) -->", re.DOTALL)
 
 
@@ -373,15 +374,26 @@ def build_drift_scheduler(
     bot: BotContext, *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow
 ) -> DriftScheduler | None:
     """The service's drift scheduler (None when no cluster has drift on): one job per enabled cluster, each running
-    `DriftRunner.run` behind `should_run` (leader election)."""
+    `DriftRunner.run` behind `should_run` (leader election), on the service's dispatcher like every other run
+    (a firing while the cluster's last run still goes on joins it)."""
     targets = drift_targets(bot)
     if not targets:
         return None
     runner = DriftRunner(bot, clock=clock)
     jobs = [
-        ScheduledJob(target.job_id, Schedule(policy.schedule, policy.interval_seconds, policy.jitter), lambda target=target: runner.run(target))
+        ScheduledJob(
+            target.job_id,
+            Schedule(policy.schedule, policy.interval_seconds, policy.jitter),
+            lambda target=target: _dispatch(bot, target.key, lambda: runner.run(target)),
+        )
         for target, policy in targets
     ]
     scheduler = DriftScheduler(jobs, should_run=should_run, clock=clock)
     scheduler.runner = runner  # type: ignore[attr-defined]  (tests and the service reach the runner through it)
     return scheduler
+
+
+async def _dispatch(bot: BotContext, key: DriftKey, run: Callable[[], Any]) -> None:
+    """One firing, through the dispatcher: waits for a worker, and for the run to end."""
+    if await bot.jobs.run(key, SCHEDULED, run) == Submitted.QUEUE_FULL:
+        log.warning("%s skipped: the run queue is full", key)

@@ -57,7 +57,7 @@ class RunQueue:
         run = self._runs.get(key)
         return run is not None and run.version == version
 
-    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[None]]) -> Submitted:
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
         """Start `job` for `key` at `version` (a head SHA, a pushed commit), cancelling an older version's run for the same key."""
         current = self._runs.get(key)
         if current is not None and current.version == version and not current.task.done():
@@ -72,7 +72,14 @@ class RunQueue:
         self._runs[key] = _Run(version, task)
         return Submitted.SUPERSEDED if superseded else Submitted.STARTED
 
-    async def _run(self, job: Callable[[], Awaitable[None]]) -> None:
+    async def run(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        """Submit `job` and wait until the key's current run ends (a scheduled firing is done when its run is)."""
+        submitted = self.submit(key, version, job)
+        if submitted != Submitted.QUEUE_FULL:
+            await asyncio.wait([self._runs[key].task])  # waiting is cancelled with the caller, the run is not
+        return submitted
+
+    async def _run(self, job: Callable[[], Awaitable[object]]) -> None:
         try:
             await self._slots.acquire()
         finally:
