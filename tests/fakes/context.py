@@ -6,6 +6,8 @@ Prow's plugin clients: each records what a handler did and can be told to fail, 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,6 +67,7 @@ class MemoryGitHub:
     reactions: list[tuple[int, str]] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
     calls: Counter = field(default_factory=Counter)
+    clock: Callable[[], float] = time.time  # a status's created_at (claims age by it)
 
     def _call(self, operation: str) -> None:
         self.calls[operation] += 1
@@ -94,7 +97,7 @@ class MemoryGitHub:
 
     def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
         self._call("status")
-        self.status_list.setdefault(sha, []).insert(0, StatusInfo(state, context, description, 0.0, "fluxwarden-bot"))
+        self.status_list.setdefault(sha, []).insert(0, StatusInfo(state, context, description, self.clock(), "fluxwarden-bot"))
 
     def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]:
         self._call("statuses")
@@ -107,6 +110,10 @@ class MemoryGitHub:
     def upsert_check_run(self, repo: str, sha: str, name: str, **kwargs: Any) -> int:
         self._call("check_run")
         return 1
+
+    def states(self, sha: str, context: str = "fluxwarden/prod") -> list[str]:
+        """The states `context` got on `sha`, oldest first."""
+        return [s.state for s in reversed(self.status_list.get(sha, [])) if s.context == context]
 
     def reply(self, number: int, marker: str) -> str | None:
         """The one body under `marker` on `number` (None: nothing posted)."""
@@ -127,11 +134,19 @@ class Heads:
 
 @dataclass
 class MemoryGit:
-    """Git in memory: the remote's branches (no mirror on disk; handlers under test never read one)."""
+    """Git in memory: the remote's branches; no mirror on disk, so a fetch of revisions to review fails (`down`)
+    once `gate` (when given) is set."""
 
     branches: dict[str, str] = field(default_factory=lambda: {"main": BASE})
     fetched: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     down: bool = False  # every fetch fails (the remote is unreachable)
+    gate: threading.Event | None = None  # fetches of revisions wait for it (at most 10 s)
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Any:
+        self.fetched.append((clone_url, (base_ref, head_ref)))
+        if self.gate is not None:
+            self.gate.wait(10)
+        raise InfraError(f"git fetch from {clone_url} failed: could not resolve host")
 
     def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Heads:
         self.fetched.append((clone_url, tuple(branches)))
