@@ -10,7 +10,7 @@ import pytest
 from bot.engine.jobs import FixTierOrderKey
 from bot.engine.settings import RepoPolicy
 from handlers.comment import REPLY_MARKER, on_comment
-from tests.fakes.context import REPO, MemoryGitHub, MemorySettings, bot_context, comment_event, pull_info
+from tests.fakes.context import REPO, MemoryGit, MemoryGitHub, MemorySettings, bot_context, comment_event, pull_info
 from tests.golden import assert_golden
 
 
@@ -21,6 +21,8 @@ class Case:
     author: str = "bob"
     pull_request: bool = True
     author_type: str = "User"
+    settings: MemorySettings = MemorySettings()
+    git: MemoryGit = field(default_factory=MemoryGit)
     setup: Callable[[Any], None] = lambda bot: None  # changes the fakes before the comment arrives
     ignored: str | None = None
     scheduled: tuple[str, ...] = ()
@@ -37,6 +39,8 @@ def _down(*operations: str) -> Callable[[Any], None]:
 def _pull(**fields: Any) -> Callable[[Any], None]:
     return lambda bot: bot.github.pulls.update({7: pull_info(**fields)})
 
+
+DISCOVER = MemorySettings(repos=(RepoPolicy(REPO, permission="write"),))  # allowlisted without cluster settings
 
 CASES = [
     Case("precheck-everything", "/precheck", author="carol", scheduled=("dev", "prod"), reacted=True),
@@ -61,6 +65,9 @@ CASES = [
     Case("pull-unknown", "/precheck", author="carol", setup=_down("pull_request"), replied=True),
     Case("fork", "/precheck", author="carol", setup=_pull(fork=True), replied=True),
     Case("closed", "/precheck", author="carol", setup=_pull(state="closed"), replied=True),
+    Case("clusters-found-none", "/precheck", settings=DISCOVER, git=MemoryGit(branches={}), replied=True),
+    Case("clusters-unreadable", "/precheck", settings=DISCOVER, git=MemoryGit(down=True), replied=True),
+    Case("clusters-not-read-for-the-unauthorised", "/precheck", author="mallory", settings=DISCOVER, git=MemoryGit(down=True), replied=True),
     Case("reply-refused", "/fluxwarden help", setup=_down("comment"), reacted=True, errors={"reply": 1}),
     Case("reaction-refused", "/precheck", author="carol", setup=_down("reaction"), scheduled=("dev", "prod"), errors={"reaction": 1}),
 ]
@@ -68,7 +75,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_comment(case: Case) -> None:
-    bot = bot_context()
+    bot = bot_context(config=case.settings, git=case.git)
     case.setup(bot)
     outcome = await on_comment(comment_event(case.body, author=case.author, pull_request=case.pull_request, author_type=case.author_type), bot)
     assert outcome.ignored == case.ignored
