@@ -54,14 +54,10 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
     except InfraError as exc:
         log.warning("cannot authorise %s on %s#%s: %s", event.author, event.repo.full_name, event.number, exc)
         have = None
-    precheck = next(entry for entry in REGISTRY if entry.per_cluster)
     if event.is_pull_request and not policy.clusters and have is not None and any(_is_precheck(c) for c in commands):
         # Allowlisted without cluster settings: the clusters of the PR's base branch, as `check` finds them.
         try:
-            pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
-            if permits(have, precheck.needs(policy)):
-                policy = await with_clusters(bot, policy, policy.clone_url or event.repo.clone_url, pull.base_ref)
-                commands = parse_commands(event.body, policy.cluster_names)
+            policy, commands = await _base_clusters(event, bot, policy, have, commands)
         except FluxwardenError as exc:
             log.warning("cannot find the clusters of %s: %s", event.repo.full_name, exc)
             return await _reply(event, bot, [f"cannot read this repository's clusters from the base branch: {exc}"], accepted=False)
@@ -82,6 +78,17 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
             accepted = accepted or result.accepted
     await _reply(event, bot, replies, accepted)
     return CommentOutcome(tuple(replies), tuple(scheduled))
+
+
+async def _base_clusters(event: CommentEvent, bot: BotContext, policy: RepoPolicy, have: str, commands: list) -> tuple[RepoPolicy, list]:
+    """The policy with the clusters of the PR's base branch, and the comment parsed again with them (for a commenter
+    who may precheck; anyone else learns nothing about the repository's clusters)."""
+    pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
+    precheck = next(entry for entry in REGISTRY if entry.per_cluster)
+    if not permits(have, precheck.needs(policy)):
+        return policy, commands
+    policy = await with_clusters(bot, policy, policy.clone_url or event.repo.clone_url, pull.base_ref)
+    return policy, parse_commands(event.body, policy.cluster_names)
 
 
 def _is_precheck(command: object) -> bool:
