@@ -1,4 +1,5 @@
-"""issue_comment on a PR: parse commands, check who may run them, reply or schedule prechecks."""
+"""issue_comment on a PR (or an issue): parse commands, check who may run them, run each through its handler
+(handlers/registry.py), and reply once, edited in place."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from handlers.registry import REGISTRY, entry_for
 
 log = logging.getLogger(__name__)
 REPLY_MARKER = "fluxwarden:reply:{comment_id}"
+PRECHECK = next(entry for entry in REGISTRY if entry.per_cluster)  # `/precheck`: its clusters decide who may use it
 MAX_REPLY = 4000  # characters of one command's reply
 
 
@@ -84,8 +86,7 @@ async def _base_clusters(event: CommentEvent, bot: BotContext, policy: RepoPolic
     """The policy with the clusters of the PR's base branch, and the comment parsed again with them (for a commenter
     who may precheck; anyone else learns nothing about the repository's clusters)."""
     pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
-    precheck = next(entry for entry in REGISTRY if entry.per_cluster)
-    if not permits(have, precheck.needs(policy)):
+    if not permits(have, PRECHECK.needs(policy)):
         return policy, commands
     policy = await with_clusters(bot, policy, policy.clone_url or event.repo.clone_url, pull.base_ref)
     return policy, parse_commands(event.body, policy.cluster_names)
@@ -93,7 +94,7 @@ async def _base_clusters(event: CommentEvent, bot: BotContext, policy: RepoPolic
 
 def _is_precheck(command: object) -> bool:
     if isinstance(command, CommandError):
-        return command.line.lstrip().startswith("/precheck")
+        return command.line.lstrip().startswith(PRECHECK.said_as)
     return entry_for(command).per_cluster  # type: ignore[arg-type]
 
 
@@ -101,8 +102,7 @@ def _needs(command: object, policy: RepoPolicy) -> tuple[str, str]:
     """The permission a commenter needs before anything is said about `command`, and how a refusal names it."""
     if isinstance(command, CommandError):
         if _is_precheck(command):
-            precheck = next(entry for entry in REGISTRY if entry.per_cluster)
-            return precheck.needs(policy), precheck.said_as
+            return PRECHECK.needs(policy), PRECHECK.said_as
         return "read", "/fluxwarden"  # a /fluxwarden line that is not a command, or too many commands
     entry = entry_for(command)  # type: ignore[arg-type]
     return entry.needs(policy), entry.said_as
