@@ -3,6 +3,9 @@
 One comment per PR and cluster, found by a hidden marker and edited (bedevere's trick); a commit
 status `fluxwarden/<cluster>` on the head SHA; a check run when the bot is a GitHub App. Infrastructure
 trouble is `error`, never `success`; a result for an old SHA never overwrites a newer one.
+
+Here: the states (running, result, error) and `Precheck`, from a plan to the state GitHub should show and
+reconciling GitHub to it. Queueing, claims and writing a refused final state again are bot/service/runs.py's.
 """
 
 from __future__ import annotations
