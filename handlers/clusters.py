@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from bot.service.settings import ClusterPolicy, RepoPolicy
+from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.pipeline.check import commit_clusters
 from handlers.context import BotContext
 
 
@@ -20,10 +21,7 @@ async def with_clusters(bot: BotContext, policy: RepoPolicy, clone_url: str, bas
 
 
 def _discover(bot: BotContext, clone_url: str, base_ref: str) -> tuple[str, ...]:
-    from bot.pipeline.check import commit_clusters
-
-    git = bot.runner.git
-    fetched = git.branch_heads(clone_url, [base_ref], bot.github.installation_token())  # type: ignore[attr-defined]
+    fetched = bot.git.branch_heads(clone_url, [base_ref])
     sha = fetched.heads.get(base_ref)
     if sha is None:
         return ()

@@ -1,34 +1,180 @@
-"""What every handler gets: the service config, the GitHub adapter, the precheck runner."""
+"""What every handler gets: small protocols of the services it uses, owned here (bot/service/app.py implements them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Awaitable, Callable, ContextManager, Mapping, Protocol, Sequence
 
-from bot.service.metrics import Metrics
-from bot.service.settings import ServiceConfig
-from handlers.precheck import PrecheckGitHub, PrecheckRunner
+from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.settings import GitIdentity, Limits, RepoPolicy
+from bot.pipeline.check import CheckOptions
 
 
-class HandlerGitHub(PrecheckGitHub, Protocol):
-    """The GitHub calls handlers make besides prechecking."""
+class Settings(Protocol):
+    """The repositories the bot serves and how (bot/service/settings.py's ServiceConfig)."""
+
+    @property
+    def repos(self) -> tuple[RepoPolicy, ...]: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def git_identity(self) -> GitIdentity: ...
+
+    def repo(self, full_name: str) -> RepoPolicy | None: ...
+
+
+class Counters(Protocol):
+    """The metrics handlers count (prometheus_client collectors: `.labels(...).inc()`)."""
+
+    @property
+    def github_errors(self) -> Any: ...
+
+    @property
+    def runs(self) -> Any: ...
+
+
+class PrecheckGitHub(Protocol):
+    """What prechecking needs from GitHub (the adapter in bot/adapters/github.py provides it)."""
+
+    is_app: bool
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
+
+    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: list[dict] = ()) -> int: ...
+
+
+class CommentGitHub(Protocol):
+    """What the comment and event handlers read and write on a PR."""
 
     def permission(self, repo: str, login: str) -> str: ...
 
-    def pull_request(self, repo: str, number: int): ...
+    def pull_request(self, repo: str, number: int) -> Any: ...
+
+    def add_reaction(self, repo: str, comment_id: int, content: str = "eyes") -> None: ...
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
+
+
+class RestartGitHub(Protocol):
+    """What re-running pending prechecks reads."""
 
     def open_pull_requests(self, repo: str) -> list: ...
 
     def latest_status(self, repo: str, sha: str, context: str) -> str | None: ...
 
-    def add_reaction(self, repo: str, comment_id: int, content: str = "eyes") -> None: ...
+    def statuses(self, repo: str, sha: str, limit: int = 100) -> list: ...
 
 
-@dataclass
+class TierOrderGitHub(Protocol):
+    """What the tier order follow-up PR needs."""
+
+    def open_pulls_from(self, repo: str, branch: str) -> list: ...
+
+    def create_pull(self, repo: str, *, head: str, base: str, title: str, body: str) -> Any: ...
+
+    def update_pull(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> None: ...
+
+    def close_pull(self, repo: str, number: int, comment: str | None = None) -> None: ...
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
+
+
+class DriftGitHub(Protocol):
+    """The GitHub calls a drift run makes."""
+
+    def repository(self, repo: str) -> Any: ...
+
+    def find_issues(self, repo: str, marker: str, label: str) -> list[Any]: ...
+
+    def create_issue(self, repo: str, *, title: str, body: str, labels: Sequence[str] = ()) -> Any: ...
+
+    def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None, state: str | None = None) -> None: ...
+
+    def comment(self, repo: str, number: int, body: str) -> int: ...
+
+    def close_issue(self, repo: str, number: int, comment: str | None = None) -> None: ...
+
+
+class HandlerGitHub(PrecheckGitHub, CommentGitHub, RestartGitHub, TierOrderGitHub, DriftGitHub, Protocol):
+    """Every GitHub call the handlers make (bot.adapters.github.GitHubAdapter)."""
+
+
+class Git(Protocol):
+    """The git mirrors (bot.adapters.git.Mirrors), given their credentials once by the composition root."""
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Any: ...
+
+    def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Any: ...
+
+    def checkout(self, mirror: Path, sha: str) -> ContextManager[Path]: ...
+
+    def commit_file(self, clone_url: str, parent_sha: str, path: str, content: bytes, message: str, author: tuple[str, str], *, reuse: str | None = None) -> str: ...
+
+    def push_branch(self, clone_url: str, sha: str, branch: str, *, force: bool = True) -> None: ...
+
+    def delete_branch(self, clone_url: str, branch: str) -> None: ...
+
+
+class Dispatcher(Protocol):
+    """Runs queued jobs, one current version per key (bot/service/runs.py's RunQueue)."""
+
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted: ...
+
+    async def run(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted: ...
+
+
+class Prechecks(Protocol):
+    """Schedules precheck runs (bot/service/runs.py's PrecheckRuns: queue, claims, final writes)."""
+
+    def schedule(self, plan: PrecheckPlan) -> Mapping[str, Submitted]: ...
+
+    async def give_up(self, plan: PrecheckPlan, cluster: str) -> None: ...
+
+    def busy(self, key: PrecheckKey, sha: str) -> bool: ...
+
+
+class Claims(Protocol):
+    """Which pending statuses no replica runs any more (bot/service/claims.py; only with several replicas)."""
+
+    async def abandoned_contexts(self, repo: str, sha: str, contexts: Sequence[str]) -> list[str]: ...
+
+    def abandoned(self, statuses: Sequence[Any], context: str) -> bool: ...
+
+
+@dataclass(frozen=True)
 class BotContext:
     """Shared by every handler of one running service."""
 
-    config: ServiceConfig
+    config: Settings
     github: HandlerGitHub
-    runner: PrecheckRunner
-    metrics: Metrics
+    git: Git
+    prechecks: Prechecks
+    jobs: Dispatcher
+    metrics: Counters
+    options: CheckOptions  # how a render runs (kustomize, jobs, timeout)
+    cache_dir: Path  # the build cache
+    claims: Claims | None = None  # several replicas: runs are claimed on GitHub
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A command found in a comment, once authorised: the repository's policy and the commenter's permission."""
+
+    policy: RepoPolicy
+    have: str  # the commenter's repository permission (read, write, ...)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command handler did: a reply (or None), the runs it scheduled, whether it was taken up."""
+
+    reply: str | None = None
+    scheduled: tuple[str, ...] = ()
+    accepted: bool = False

@@ -28,16 +28,17 @@ import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine import markdown as md
 from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
-from bot.pipeline.drift import read_drift, render_cluster, utcnow
 from bot.engine.errors import FluxwardenError, InfraError
+from bot.engine.jobs import DriftKey, Submitted
 from bot.engine.model import plural
-
-if TYPE_CHECKING:
-    from handlers.context import BotContext
+from bot.pipeline.drift import read_drift, render_cluster, utcnow
+from handlers.context import BotContext, DriftGitHub
+from handlers.precheck import live_access
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ TITLE = "Drift report: {cluster}"
 MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.markdown.comment (DriftReport.marker)
 STATE_TAG = "fluxwarden:drift-state"
 MAX_REMEMBERED = 300  # items whose first-seen time the issue keeps (the body has room for about that many)
+SCHEDULED = "scheduled"  # every firing is the same version: one still running is joined, never cancelled
 _STATE_RE = re.compile(r"<!-- " + re.escape(STATE_TAG) + r" (\{.*?\}) -->", re.DOTALL)
 
 
@@ -240,24 +242,6 @@ def duplicate_comment(number: int) -> str:
 # --------------------------------------------------------------------------------------------- applying it
 
 
-class DriftGitHub(Protocol):
-    """The GitHub calls a drift run makes (bot.github.GitHubAdapter provides them)."""
-
-    def installation_token(self) -> str | None: ...
-
-    def repository(self, repo: str) -> Any: ...
-
-    def find_issues(self, repo: str, marker: str, label: str) -> list[Any]: ...
-
-    def create_issue(self, repo: str, *, title: str, body: str, labels: Sequence[str] = ()) -> Any: ...
-
-    def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None, state: str | None = None) -> None: ...
-
-    def comment(self, repo: str, number: int, body: str) -> int: ...
-
-    def close_issue(self, repo: str, number: int, comment: str | None = None) -> None: ...
-
-
 @dataclass(frozen=True)
 class IssueOutcome:
     action: str
@@ -299,8 +283,12 @@ class DriftTarget:
     options: DriftOptions = DriftOptions()
 
     @property
+    def key(self) -> DriftKey:
+        return DriftKey(self.repo, self.cluster)
+
+    @property
     def job_id(self) -> str:
-        return f"drift:{self.repo}:{self.cluster}"
+        return str(self.key)
 
 
 @dataclass(frozen=True)
@@ -313,9 +301,9 @@ class DriftOutcome:
 
 
 class DriftRunner:
-    """Runs drift jobs for a service: git through the precheck runner's mirrors, GitHub through its adapter."""
+    """Runs drift jobs for a service: git through its mirrors, GitHub through its adapter."""
 
-    def __init__(self, bot: "BotContext", *, clock: Callable[[], datetime] = utcnow, timeout: float | None = None) -> None:
+    def __init__(self, bot: BotContext, *, clock: Callable[[], datetime] = utcnow, timeout: float | None = None) -> None:
         self.bot = bot
         self.clock = clock
         self.timeout = timeout if timeout is not None else bot.config.limits.run_timeout
@@ -335,7 +323,7 @@ class DriftRunner:
                 return DriftOutcome(None, None, f"internal error ({type(exc).__name__})")
 
     async def _run(self, target: DriftTarget) -> DriftOutcome:
-        access = self.bot.runner.live_access(target.repo, target.cluster)
+        access = live_access(self.bot.config, target.repo, target.cluster)
         if access is None:
             return DriftOutcome(None, None, f"{target.cluster} of {target.repo} has no live access configured")
         try:
@@ -349,7 +337,7 @@ class DriftRunner:
 
     async def _publish(self, target: DriftTarget, report: DriftReport) -> DriftOutcome:
         try:
-            issue = await asyncio.to_thread(reconcile_issue, self.bot.github, target.repo, report)  # type: ignore[arg-type]
+            issue = await asyncio.to_thread(reconcile_issue, self.bot.github, target.repo, report)
         except FluxwardenError as exc:
             self.bot.metrics.github_errors.labels("drift_issue").inc()
             log.warning("drift issue of %s on %s could not be updated: %s", target.cluster, target.repo, exc)
@@ -358,22 +346,19 @@ class DriftRunner:
 
     def _render(self, target: DriftTarget) -> tuple[str, str, Any]:
         """Fetch the default branch into the mirror and render the cluster at its head (blocking)."""
-        github: Any = self.bot.github
-        git: Any = self.bot.runner.git
-        info = github.repository(target.repo)
+        git = self.bot.git
+        info = self.bot.github.repository(target.repo)
         clone_url = target.clone_url or info.clone_url
-        token = github.installation_token()
-        fetched = git.branch_heads(clone_url, [info.default_branch], token)
+        fetched = git.branch_heads(clone_url, [info.default_branch])
         head = fetched.heads.get(info.default_branch)
         if head is None:
             raise InfraError(f"{target.repo} has no branch {info.default_branch}")
-        options = self.bot.runner.options
         with git.checkout(fetched.mirror, head) as tree:
-            rendered = render_cluster(tree, target.cluster, options, self.bot.runner.cache_dir)
+            rendered = render_cluster(tree, target.cluster, self.bot.options, self.bot.cache_dir)
         return info.default_branch, head, rendered
 
 
-def drift_targets(bot: "BotContext") -> list[tuple[DriftTarget, Any]]:
+def drift_targets(bot: BotContext) -> list[tuple[DriftTarget, Any]]:
     """Every (target, schedule policy) the service config enables: live clusters without `drift: {enabled: false}`."""
     out = []
     for repo in bot.config.repos:
@@ -385,19 +370,30 @@ def drift_targets(bot: "BotContext") -> list[tuple[DriftTarget, Any]]:
     return out
 
 
-def build_drift_scheduler(bot: "BotContext", *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow) -> Any:
-    """The service's drift scheduler (a `bot.scheduler.DriftScheduler`, or None when no cluster has drift on):
-    one job per enabled cluster, each running `DriftRunner.run` behind `should_run` (leader election)."""
-    from bot.adapters.scheduler import DriftScheduler, ScheduledJob
-
+def build_drift_scheduler(
+    bot: BotContext, *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow
+) -> DriftScheduler | None:
+    """The service's drift scheduler (None when no cluster has drift on): one job per enabled cluster, each running
+    `DriftRunner.run` behind `should_run` (leader election), on the service's dispatcher like every other run
+    (a firing while the cluster's last run still goes on joins it)."""
     targets = drift_targets(bot)
     if not targets:
         return None
     runner = DriftRunner(bot, clock=clock)
     jobs = [
-        ScheduledJob(target.job_id, policy.as_schedule(), lambda target=target: runner.run(target))
+        ScheduledJob(
+            target.job_id,
+            Schedule(policy.schedule, policy.interval_seconds, policy.jitter),
+            lambda target=target: _dispatch(bot, target.key, lambda: runner.run(target)),
+        )
         for target, policy in targets
     ]
     scheduler = DriftScheduler(jobs, should_run=should_run, clock=clock)
     scheduler.runner = runner  # type: ignore[attr-defined]  (tests and the service reach the runner through it)
     return scheduler
+
+
+async def _dispatch(bot: BotContext, key: DriftKey, run: Callable[[], Any]) -> None:
+    """One firing, through the dispatcher: waits for a worker, and for the run to end."""
+    if await bot.jobs.run(key, SCHEDULED, run) == Submitted.QUEUE_FULL:
+        log.warning("%s skipped: the run queue is full", key)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 from bot.engine.errors import FluxwardenError
-from bot.service.settings import RepoPolicy
+from bot.engine.jobs import PrecheckPlan
+from bot.engine.settings import RepoPolicy
 from bot.engine.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
-from handlers.precheck import PrecheckPlan
 
 log = logging.getLogger(__name__)
 TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_review"})
@@ -56,5 +56,5 @@ async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
             return f"cannot find the clusters of {event.pull.base_ref}: {exc}"
         plan = plan_for_pull_request(event, bot, policy)
     if isinstance(plan, PrecheckPlan):
-        bot.runner.schedule(plan)
+        bot.prechecks.schedule(plan)
     return plan

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from bot.service.runs import Submitted
+from bot.engine.jobs import Submitted, TierOrderKey
 from bot.engine.webhook import NULL_SHA, PushEvent
 from handlers.context import BotContext
 from handlers.tier_order import TierOrderTarget, run_tier_order
-
-RUN_KEY = "tier-order"
 
 
 def target_for_push(event: PushEvent, bot: BotContext) -> TierOrderTarget | str:
@@ -33,5 +31,4 @@ async def on_push(event: PushEvent, bot: BotContext) -> Submitted | str:
     target = target_for_push(event, bot)
     if isinstance(target, str):
         return target
-    key = (target.repo, 0, RUN_KEY)
-    return bot.runner.queue.submit(key, event.after, lambda: run_tier_order(bot, target))
+    return bot.jobs.submit(TierOrderKey(target.repo), event.after, lambda: run_tier_order(bot, target))

@@ -18,12 +18,14 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from typing import Any
 
 from bot.engine.errors import FluxwardenError, InfraError
-from bot.service.settings import RepoPolicy
+from bot.engine.jobs import PrecheckKey, PrecheckPlan
+from bot.engine.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
-from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT, PrecheckPlan
+from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,6 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
     `stale_after` (a single replica's sweep, no claims): only statuses pending for longer than that, of runs
     this process is not working on, are re-run; at start-up (None) every pending one is.
     """
-    claims = getattr(bot.runner, "claims", None)
     plans = []
     for policy in bot.config.repos:
         try:
@@ -54,44 +55,48 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
                 except FluxwardenError as exc:
                     log.warning("cannot find the clusters of %s on %s: %s", policy.name, pull.base_ref, exc)
                     continue
-            repo_policy = found[pull.base_ref]
-            pending = []
-            if claims is not None:
-                contexts = {STATUS_CONTEXT.format(cluster=c): c for c in repo_policy.cluster_names}
-                try:
-                    pending = [contexts[c] for c in await claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
-                except InfraError as exc:
-                    log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
-            if claims is None and stale_after is not None:
-                pending = await _stale_pending(bot, repo_policy, pull, stale_after)
-            for cluster in repo_policy.cluster_names if claims is None and stale_after is None else ():
-                try:
-                    state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
-                except InfraError as exc:
-                    log.warning("cannot read status of %s#%s: %s", policy.name, pull.number, exc)
-                    continue
-                if state == "pending":
-                    pending.append(cluster)
-            if not pending:
-                continue
-            plan = PrecheckPlan(
-                repo=policy.name,
-                number=pull.number,
-                head_sha=pull.head_sha,
-                base_ref=pull.base_ref,
-                clone_url=clone_url,
-                clusters=tuple(pending),
-                trigger=trigger,
-            )
-            outcome = await _how_it_stopped(bot, plan)
-            for cluster in outcome["gave-up"]:
-                log.warning("%s#%s %s stopped the checker twice; not re-running it", plan.repo, plan.number, cluster)
-                await bot.runner.give_up(plan, cluster)
-            for kind, resumed in (("interrupted", False), ("crashed", True)):
-                if outcome[kind]:
-                    again = replace(plan, clusters=tuple(outcome[kind]), resumed=resumed)
-                    bot.runner.schedule(again)
-                    plans.append(again)
+            pending = await _pending(bot, found[pull.base_ref], pull, stale_after)
+            if pending:
+                plan = PrecheckPlan(policy.name, pull.number, pull.head_sha, pull.base_ref, clone_url, tuple(pending), trigger)
+                plans.extend(await _rerun(bot, plan))
+    return plans
+
+
+async def _pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: float | None) -> list[str]:
+    """The clusters of `pull` to re-run: abandoned (several replicas), stale (a single replica's sweep), or pending (start-up)."""
+    if bot.claims is not None:
+        contexts = {STATUS_CONTEXT.format(cluster=c): c for c in policy.cluster_names}
+        try:
+            return [contexts[c] for c in await bot.claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
+        except InfraError as exc:
+            log.warning("cannot read statuses of %s#%s: %s", policy.name, pull.number, exc)
+            return []
+    if stale_after is not None:
+        return await _stale_pending(bot, policy, pull, stale_after)
+    pending = []
+    for cluster in policy.cluster_names:
+        try:
+            state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
+        except InfraError as exc:
+            log.warning("cannot read status of %s#%s: %s", policy.name, pull.number, exc)
+            continue
+        if state == "pending":
+            pending.append(cluster)
+    return pending
+
+
+async def _rerun(bot: BotContext, plan: PrecheckPlan) -> list[PrecheckPlan]:
+    """Schedule the pending clusters of `plan` again, as their last run ended; give up on those that stopped the checker twice."""
+    outcome = await _how_it_stopped(bot, plan)
+    for cluster in outcome["gave-up"]:
+        log.warning("%s#%s %s stopped the checker twice; not re-running it", plan.repo, plan.number, cluster)
+        await bot.prechecks.give_up(plan, cluster)
+    plans = []
+    for kind, resumed in (("interrupted", False), ("crashed", True)):
+        if outcome[kind]:
+            again = replace(plan, clusters=tuple(outcome[kind]), resumed=resumed)
+            bot.prechecks.schedule(again)
+            plans.append(again)
     return plans
 
 
@@ -105,7 +110,7 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
         log.warning("cannot read statuses of %s#%s: %s", plan.repo, plan.number, exc)
         statuses = []
     outcome: dict[str, list[str]] = {"interrupted": [], "crashed": [], "gave-up": []}
-    claims = getattr(bot.runner, "claims", None)
+    claims = bot.claims
     for cluster in plan.clusters:
         context = STATUS_CONTEXT.format(cluster=cluster)
         if claims is not None and statuses and not claims.abandoned(statuses, context):
@@ -119,7 +124,7 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
     return outcome
 
 
-async def _stale_pending(bot: BotContext, policy, pull, stale_after: float) -> list[str]:  # noqa: ANN001
+async def _stale_pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: float) -> list[str]:
     """The clusters of `pull` whose status has been pending longer than `stale_after` with no run of ours behind it."""
     try:
         statuses = await asyncio.to_thread(bot.github.statuses, policy.name, pull.head_sha)  # newest first
@@ -132,7 +137,7 @@ async def _stale_pending(bot: BotContext, policy, pull, stale_after: float) -> l
         latest = next((s for s in statuses if s.context == STATUS_CONTEXT.format(cluster=cluster)), None)
         if latest is None or latest.state != "pending" or now - latest.created_at < stale_after:
             continue
-        if not bot.runner.busy((policy.name, pull.number, cluster), pull.head_sha):
+        if not bot.prechecks.busy(PrecheckKey(policy.name, pull.number, cluster), pull.head_sha):
             stale.append(cluster)
     return stale
 

@@ -81,15 +81,14 @@ def reconcile_tier_order(bot: BotContext, target: TierOrderTarget) -> TierOrderO
 class _Run:
     def __init__(self, bot: BotContext, target: TierOrderTarget) -> None:
         self.bot, self.target = bot, target
-        self.git: Any = bot.runner.git  # bot.gitrepo.Mirrors
-        self.github: Any = bot.github  # bot.github.GitHubAdapter
+        self.git = bot.git
+        self.github = bot.github
 
     # -- the decision ---------------------------------------------------------------------------
 
     def reconcile(self) -> TierOrderOutcome:
         t = self.target
-        token = self.github.installation_token()
-        fetched = self.git.branch_heads(t.clone_url, [t.default_branch, BRANCH], token)
+        fetched = self.git.branch_heads(t.clone_url, [t.default_branch, BRANCH])
         self.mirror: Path = fetched.mirror
         head = fetched.heads[t.default_branch]
         if head is None:
@@ -121,7 +120,7 @@ class _Run:
         )
         pushed = sha != bot_head
         if pushed:
-            self.git.push_branch(t.clone_url, sha, BRANCH, self.github.installation_token(), force=True)
+            self.git.push_branch(t.clone_url, sha, BRANCH, force=True)
         title = fix.pr_title()
         body = fix.pr_body(repo=t.repo, base=f"{t.default_branch} at {head[:12]}", stale=stale, stale_unknown=unknown)
         for extra in pulls[1:]:  # a duplicate (a race on another replica): keep the oldest
@@ -146,7 +145,7 @@ class _Run:
             self.github.close_pull(t.repo, pull.number, settled_comment(message, t.default_branch, head, t.trigger))
             log.info("%s: closed #%s, %s", t.repo, pull.number, action)
         if bot_head is not None:
-            self.git.delete_branch(t.clone_url, BRANCH, self.github.installation_token())
+            self.git.delete_branch(t.clone_url, BRANCH)
         if pulls:
             closed = ", ".join(f"#{p.number}" for p in pulls)
             return TierOrderOutcome("closed", f"{message} Closed {closed}.", head, pulls[0].number)
@@ -215,12 +214,12 @@ class _Run:
             if key in _STATES:
                 _STATES.move_to_end(key)
                 return _STATES[key]
-        options = self.bot.runner.options
+        options = self.bot.options
         try:
             with self.git.checkout(self.mirror, sha) as tree:
                 result: TreeState | FluxwardenError = read_tree_state(
                     tree, kustomize=options.kustomize, jobs=options.jobs, timeout=options.timeout,
-                    cache_dir=self.bot.runner.cache_dir,
+                    cache_dir=self.bot.cache_dir,
                 )
         except InfraError:
             raise  # not a property of the commit: do not remember it

@@ -13,7 +13,6 @@ import json
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, AsyncIterator, Callable
 
 import pytest
@@ -22,11 +21,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from bot.engine.errors import UserError
 from bot.adapters.github import GitHubAdapter, GitHubAuth, StatusInfo
 from bot.service.metrics import new_metrics
-from bot.service.runs import RunQueue
+from bot.service.runs import PrecheckRuns, RunQueue
 from bot.service.app import Service, build_service
 from bot.service.settings import ClusterPolicy, LeaderElection, RepoPolicy, ServiceConfig
 from bot.service.claims import UNTAGGED, Claims, parse_claim, pod_of
-from handlers.precheck import PrecheckPlan, PrecheckRunner
+from handlers.precheck import Precheck, PrecheckPlan, error_state, running_state
+from tests.fakes.context import MemoryGit, MemoryGitHub, pull_info
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube
 from tests.test_service import BOT_TOKEN, REPO, SECRET, Origin, payload, sign
@@ -99,45 +99,23 @@ def test_tags_fit_githubs_140_characters_and_parse_back() -> None:
 # ---------------------------------------------------------------------------------------- the runner
 
 
-class MemoryGitHub:
-    """Just what a run touches, in memory; one SHA."""
-
-    is_app = False
-
-    def __init__(self, head: str) -> None:
-        self.head = head
-        self.sts: list[StatusInfo] = []  # newest first
-        self.comments: list[str] = []
-
-    def installation_token(self) -> None:
-        return None
-
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
-        self.comments.append(bodies[0])
-        return [1]
-
-    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
-        self.sts.insert(0, StatusInfo(state, context, description, time.time(), "bot"))
-
-    def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]:
-        return list(self.sts)
-
-    def pull_request(self, repo: str, number: int) -> Any:
-        return SimpleNamespace(head_sha=self.head)
-
-
 PLAN = PrecheckPlan(repo=REPO, number=7, head_sha="a" * 40, base_ref="main", clone_url="x", clusters=("prod",), trigger="test")
 
 
-def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRunner:
-    r = PrecheckRunner(github=github, git=None, queue=RunQueue(2, 10), metrics=new_metrics(), cache_dir=tmp_path,  # type: ignore[arg-type]
-                       claims=Claims(github, replica, ttl=TTL))
-    r._live_review = review  # type: ignore[method-assign]
-    return r
+def memory_github(head: str) -> MemoryGitHub:
+    """PR 7 at `head`, no statuses yet."""
+    return MemoryGitHub(pulls={7: pull_info(head_sha=head)})
+
+
+def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRuns:
+    metrics = new_metrics()
+    precheck = Precheck(github=github, git=MemoryGit(), settings=None, metrics=metrics, cache_dir=tmp_path)
+    precheck.review = review  # type: ignore[method-assign]
+    return PrecheckRuns(precheck, RunQueue(2, 10), metrics, claims=Claims(github, replica, ttl=TTL))
 
 
 async def test_a_run_claimed_elsewhere_writes_nothing(tmp_path: Path) -> None:
-    github = MemoryGitHub(PLAN.head_sha)
+    github = memory_github(PLAN.head_sha)
     github.set_status(REPO, PLAN.head_sha, PROD, "pending", "precheck of prod running [fw:bravo-bbbbb]")
 
     async def review(plan: PrecheckPlan, cluster: str) -> Any:
@@ -146,11 +124,11 @@ async def test_a_run_claimed_elsewhere_writes_nothing(tmp_path: Path) -> None:
     r = runner(github, tmp_path, review)
     r.schedule(PLAN)
     await r.queue.drain(5)
-    assert len(github.sts) == 1 and github.comments == []
+    assert len(github.status_list[PLAN.head_sha]) == 1 and github.comments == {}
 
 
 async def test_shutdown_mid_run_releases_the_claim(tmp_path: Path) -> None:
-    github = MemoryGitHub(PLAN.head_sha)
+    github = memory_github(PLAN.head_sha)
     started = asyncio.Event()
 
     async def review(plan: PrecheckPlan, cluster: str) -> Any:
@@ -160,15 +138,16 @@ async def test_shutdown_mid_run_releases_the_claim(tmp_path: Path) -> None:
     r = runner(github, tmp_path, review)
     r.schedule(PLAN)
     await asyncio.wait_for(started.wait(), 5)
-    assert [s.description for s in github.sts] == ["precheck of prod running [fw:alpha-aaaaa]"]
-    assert len(github.comments) == 1 and "is running" in github.comments[0]
+    statuses = github.status_list[PLAN.head_sha]
+    assert [s.description for s in statuses] == ["precheck of prod running [fw:alpha-aaaaa]"]
+    assert list(github.comments.values()) == [list(running_state(PLAN, "prod").comment)]
     await r.queue.close()  # what the server's cleanup does on SIGTERM
-    assert github.sts[0].description.endswith("[fw:alpha-aaaaa:released]") and github.sts[0].state == "pending"
-    assert Claims(github, "bravo-bbbbb", ttl=TTL).abandoned(github.sts, PROD), "another replica may re-run it at once"
+    assert statuses[0].description.endswith("[fw:alpha-aaaaa:released]") and statuses[0].state == "pending"
+    assert Claims(github, "bravo-bbbbb", ttl=TTL).abandoned(statuses, PROD), "another replica may re-run it at once"
 
 
 async def test_a_superseded_run_leaves_the_comment_to_the_new_head(tmp_path: Path) -> None:
-    github = MemoryGitHub("b" * 40)  # a newer push, run by another replica
+    github = memory_github("b" * 40)  # a newer push, run by another replica
 
     async def review(plan: PrecheckPlan, cluster: str) -> Any:
         raise UserError("the repository is broken")
@@ -176,12 +155,13 @@ async def test_a_superseded_run_leaves_the_comment_to_the_new_head(tmp_path: Pat
     r = runner(github, tmp_path, review)
     r.schedule(PLAN)
     await r.queue.drain(5)
-    assert [s.state for s in github.sts] == ["pending"] and len(github.comments) == 1
-    github.head = PLAN.head_sha  # the same again, head unchanged: the result is written
-    github.sts.clear()
+    assert github.states(PLAN.head_sha) == ["pending"] and list(github.comments.values()) == [list(running_state(PLAN, "prod").comment)]
+    github.pulls[7] = pull_info(head_sha=PLAN.head_sha)  # the same again, head unchanged: the result is written
+    github.status_list.clear()
     r.schedule(PLAN)
     await r.queue.drain(5)
-    assert [s.state for s in reversed(github.sts)] == ["pending", "failure"] and "cannot check this PR" in github.comments[-1]
+    assert github.states(PLAN.head_sha) == ["pending", "failure"]
+    assert github.reply(7, "fluxwarden:precheck:prod") == error_state("prod", "the repository is broken", infrastructure=False).comment[0]
 
 
 # ---------------------------------------------------------------------------------------- whole replicas

@@ -1,4 +1,4 @@
-"""ChatOps commands: parsing comment bodies, the help text, permission order."""
+"""ChatOps commands: parsing comment bodies, permission order (the help text: tests/handlers/test_registry.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import pytest
 from bot.engine.commands import (
     MAX_COMMANDS,
     PERMISSION_ORDER,
-    REGISTRY,
     Command,
     CommandError,
     FixTierOrderCommand,
     HelpCommand,
     PrecheckCommand,
     code_span,
-    help_text,
     parse_commands,
     permits,
 )
@@ -190,59 +188,6 @@ def test_bot_comment_fixture_contains_a_command_line() -> None:
     # The service must ignore comments by bots: the parser alone would read the echoed command.
     body = "<!-- fluxwarden:precheck:prod -->\n### ⏳ Fluxwarden precheck: `prod`\n\nRunning on `f064afd`…\n\n/precheck prod"
     assert parse_commands(body, KNOWN) == [P(("prod",))]
-
-
-# --- help -----------------------------------------------------------------------------------------
-
-HELP_GOLDEN = """\
-### Fluxwarden commands
-
-Write each command at the start of its own line in a comment (at most 10 a comment); `/precheck` works on pull requests only.
-
-| command | what it does | who may use it |
-|---|---|---|
-| `/precheck [cluster ...]` | Render the named clusters (none: every configured cluster) at the PR head and post the precheck report. | dev: write or higher; prod: maintain or higher |
-| `/fluxwarden help` | Show this help. | read or higher |
-| `/fluxwarden fix-tier-order` | Open (or update) a pull request that puts the tier order list in dependency order. | write or higher |
-
-Cluster names are case-sensitive. Quoted lines, code and HTML comments are ignored.
-"""
-
-
-def test_help_text_golden() -> None:
-    assert help_text({"prod": "maintain", "dev": "write"}) == HELP_GOLDEN
-
-
-@pytest.mark.parametrize(
-    "clusters,default,who",
-    [
-        ({}, "write", "write or higher"),
-        ({}, "triage", "triage or higher"),
-        ({"prod": "admin"}, "write", "prod: admin"),
-        ({"lab": "none", "prod": "admin"}, "write", "lab: anyone; prod: admin"),
-        ({"a|b": "read"}, "write", "a\\|b: read or higher"),
-    ],
-    ids=["default", "other-default", "admin", "anyone", "pipe-escaped"],
-)
-def test_help_text_precheck_permissions(clusters: dict[str, str], default: str, who: str) -> None:
-    row = next(line for line in help_text(clusters, default).splitlines() if line.startswith("| `/precheck"))
-    assert row.endswith(f"| {who} |")
-
-
-def test_help_text_lists_every_registered_command() -> None:
-    text = help_text({})
-    assert [spec.usage for spec in REGISTRY] == ["/precheck [cluster ...]", "/fluxwarden help", "/fluxwarden fix-tier-order"]
-    assert all(f"| `{spec.usage}` | {spec.summary} |" in text for spec in REGISTRY)
-
-
-def test_help_text_rejects_unknown_permission() -> None:
-    with pytest.raises(ValueError, match="unknown permission 'owner'"):
-        help_text({"prod": "owner"})
-
-
-def test_registry_permissions_are_valid() -> None:
-    assert all(spec.permission in PERMISSION_ORDER[1:] for spec in REGISTRY)
-    assert len({spec.name for spec in REGISTRY}) == len(REGISTRY)
 
 
 # --- permissions ----------------------------------------------------------------------------------

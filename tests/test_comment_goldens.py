@@ -2,8 +2,8 @@
 
 The review comment has its own goldens (tests/golden/review). Here: the precheck's running and error
 comments, drift issue bodies and their outage/clean/reopen comments, and the tier order PR's body and
-notes. Command replies and `/fluxwarden help` are golden-tested against the running service in
-tests/hardening/test_new_user.py. FLUXWARDEN_UPDATE_GOLDEN=1 rewrites them.
+notes. Command replies are golden-tested by the handler tests (tests/handlers, tests/golden/replies) and
+against the running service in tests/hardening/test_new_user.py. FLUXWARDEN_UPDATE_GOLDEN=1 rewrites them.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ from datetime import timedelta
 
 import pytest
 
-from bot.engine.commands import help_text
+from tests.handlers.test_registry import help_text
 from bot.engine.tierfix import StaleCommit, TierOrderConflict
 from handlers.comment import reply_body
 from handlers.drift import duplicate_comment, plan_issue
-from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, running_state
+from bot.engine.model import Finding, Severity, TierId
+from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, result_state, running_state
 from handlers.tier_order import conflict_note, duplicate_pull_comment, in_order_message, not_configured_message, settled_comment
 from tests.golden import assert_golden
 from tests.test_drift_issue import FIELDS, STUCK, T0, apply, report
+from tests.test_review_report import cluster_diff, review
 from tests.test_tierfix import SEED, plan
 
 HEAD = "c0ffee" + "1" * 34
@@ -46,6 +48,13 @@ def test_running() -> None:
 def test_error(name: str, message: str, infrastructure: bool) -> None:
     state = error_state("prod", message, infrastructure=infrastructure)
     assert_golden(f"comments/precheck-{name}.md", state.comment[0] + f"\nstatus: {state.status}\n")
+
+
+def test_not_a_verdict() -> None:
+    """A build stopped by a limit: `error`, and a banner saying the review is no verdict."""
+    stopped = Finding("render-failed", Severity.ERROR, "kustomize build timed out after 120s", TierId("flux-system", "apps"))
+    state = result_state(review("prod", [], cluster_diff("prod"), [(stopped, True)]), link_base=f"https://github.com/home-ops/cluster/blob/{HEAD}")
+    assert_golden("comments/precheck-not-a-verdict.md", state.comment[0] + f"\nstatus: {state.status}\nconclusion: {state.conclusion}\n")
 
 
 # --------------------------------------------------------------------------------------------- command replies

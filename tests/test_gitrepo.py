@@ -8,7 +8,6 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -17,23 +16,29 @@ import pytest
 from bot.adapters import git as gitrepo
 from bot.engine.errors import InfraError, InputError, UserError
 from bot.adapters.git import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
+from tests.fakes.service import Origin as BaseOrigin
 
 TOKEN = "ghs_NotARealTokenButLongEnough0123456789"
 TOKEN_B64 = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
 REAL_GIT = shutil.which("git")
 
 
-@dataclass
-class Origin:
-    path: Path
-    work: git.Repo
-    base: str  # refs/heads/main
-    head: str  # refs/pull/7/head
-    side: str  # refs/heads/side only: fetchable by SHA, not by the refs a run names
+class Origin(BaseOrigin):
+    """main = base; refs/pull/7/head = a change with a symlink and an executable; refs/heads/side elsewhere."""
+
+    head: str
+    side: str
 
     @property
     def url(self) -> str:
-        return self.path.as_uri()
+        return self.bare.as_uri()
+
+
+def _seed(work: Path) -> None:
+    (work / "apps").mkdir(parents=True)
+    (work / "apps/kustomization.yaml").write_text("resources: [app.yaml]\n")
+    (work / "apps/app.yaml").write_text("kind: ConfigMap\n")
+    (work / "README.md").write_text("hello\n")
 
 
 def _commit(repo: git.Repo, message: str) -> str:
@@ -45,38 +50,23 @@ def _commit(repo: git.Repo, message: str) -> str:
 @pytest.fixture()
 def origin(tmp_path: Path) -> Origin:
     """main = base; refs/pull/7/head = a change with a symlink and an executable; refs/heads/side elsewhere."""
-    work_dir = tmp_path / "work"
-    (work_dir / "apps").mkdir(parents=True)
-    work = git.Repo.init(work_dir, initial_branch="main")
-    with work.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test")
-        cfg.set_value("user", "email", "test@example.invalid")
-        cfg.set_value("commit", "gpgsign", "false")
-    (work_dir / "apps/kustomization.yaml").write_text("resources: [app.yaml]\n")
-    (work_dir / "apps/app.yaml").write_text("kind: ConfigMap\n")
-    (work_dir / "README.md").write_text("hello\n")
-    base = _commit(work, "base")
-    bare_path = tmp_path / "origin.git"
-    bare = git.Repo.init(bare_path, bare=True)
-    work.git.push(str(bare_path), "main")
-
+    origin = Origin(tmp_path, _seed)
+    work, work_dir, base = origin.repo, origin.work, origin.main
     work.git.checkout("-b", "pr")
     (work_dir / "apps/app.yaml").write_text("kind: Secret\n")
     (work_dir / "README.md").unlink()
     os.symlink("apps/app.yaml", work_dir / "link.yaml")
     (work_dir / "hook.sh").write_text("#!/bin/sh\n")
     (work_dir / "hook.sh").chmod(0o755)
-    head = _commit(work, "head")
-    work.git.push(str(bare_path), "pr")
-    bare.git.update_ref("refs/pull/7/head", head)  # what GitHub does for a PR: a ref outside refs/heads
-    bare.git.update_ref("-d", "refs/heads/pr")  # the PR branch lives in a fork; only refs/pull/7/head reaches it
+    origin.head = _commit(work, "head")
+    origin.publish(origin.head, "refs/pull/7/head")  # what GitHub does for a PR: a ref outside refs/heads (the branch lives in a fork)
 
     work.git.checkout("-b", "side", base)
     (work_dir / "side.txt").write_text("side\n")
-    side = _commit(work, "side")
-    work.git.push(str(bare_path), "side")
+    origin.side = _commit(work, "side")
+    origin.publish("side", "refs/heads/side")
     work.git.checkout("main")
-    return Origin(bare_path, work, base, head, side)
+    return origin
 
 
 @pytest.fixture()
@@ -118,7 +108,7 @@ def _dead(pid: int) -> bool:
 
 def test_revisions_fetches_base_and_head_into_a_fresh_bare_mirror(mirrors: Mirrors, origin: Origin) -> None:
     fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
-    assert fetched == FetchedRevisions(mirrors.path_for(origin.url), origin.base, origin.head)
+    assert fetched == FetchedRevisions(mirrors.path_for(origin.url), origin.main, origin.head)
     assert fetched.mirror.is_relative_to(mirrors.root) and fetched.mirror.name.endswith(".git")
     assert git.Repo(fetched.mirror).bare
     assert (mirrors.init_count, mirrors.fetch_count) == (1, 1)  # both refs in one fetch
@@ -128,9 +118,9 @@ def test_revisions_fetches_base_and_head_into_a_fresh_bare_mirror(mirrors: Mirro
 
 def test_refetch_reuses_the_cached_mirror_and_sees_a_moved_ref(mirrors: Mirrors, origin: Origin) -> None:
     first = mirrors.fetch(origin.url, ["refs/heads/main"])
-    (Path(origin.work.working_dir) / "new.txt").write_text("new\n")
-    moved = _commit(origin.work, "moved main")
-    origin.work.git.push(str(origin.path), "main")
+    (Path(origin.work) / "new.txt").write_text("new\n")
+    moved = _commit(origin.repo, "moved main")
+    origin.publish("main", "refs/heads/main")
     again = Mirrors(mirrors.root)  # a later run: a new instance on the same root
     second = again.revisions(origin.url, "refs/heads/main", "refs/heads/main")
     assert second.mirror == first
@@ -140,8 +130,8 @@ def test_refetch_reuses_the_cached_mirror_and_sees_a_moved_ref(mirrors: Mirrors,
 
 
 def test_local_path_and_file_url_share_a_mirror(mirrors: Mirrors, origin: Origin) -> None:
-    assert mirrors.path_for(str(origin.path)) == mirrors.path_for(origin.url)
-    assert mirrors.fetch(str(origin.path), ["refs/heads/main"]) == mirrors.path_for(origin.url)
+    assert mirrors.path_for(str(origin.bare)) == mirrors.path_for(origin.url)
+    assert mirrors.fetch(str(origin.bare), ["refs/heads/main"]) == mirrors.path_for(origin.url)
 
 
 def test_fetch_by_sha_and_skip_when_already_present(mirrors: Mirrors, origin: Origin) -> None:
@@ -238,7 +228,7 @@ def test_mask_replaces_every_form_of_the_token() -> None:
 def test_failed_authenticated_fetch_leaks_the_token_nowhere(mirrors: Mirrors) -> None:
     url = "https://127.0.0.1:1/owner/repo.git"  # nothing listens on port 1: a fast, offline failure
     with pytest.raises(GitError) as caught:
-        mirrors.fetch(url, ["refs/heads/main"], token=TOKEN)
+        Mirrors(mirrors.root, credentials=lambda: TOKEN).fetch(url, ["refs/heads/main"])
     message = str(caught.value)
     assert "https://127.0.0.1:1/owner/repo" in message
     assert TOKEN not in message and TOKEN_B64 not in message
@@ -254,7 +244,7 @@ def test_token_reaches_git_through_the_environment_and_is_masked_in_its_output(m
         '    echo "fatal: header was $GIT_CONFIG_VALUE_0 for x-access-token:' + TOKEN + '" >&2; exit 128'
     )
     with pytest.raises(GitError) as caught:
-        mirrors.fetch(origin.url, ["refs/heads/main"], token=TOKEN)
+        Mirrors(mirrors.root, credentials=lambda: TOKEN).fetch(origin.url, ["refs/heads/main"])
     message = str(caught.value)
     assert "fatal: header was Authorization: Basic *** for x-access-token:***" in message
     assert TOKEN not in message and TOKEN_B64 not in message
@@ -264,10 +254,10 @@ def test_token_reaches_git_through_the_environment_and_is_masked_in_its_output(m
 
 
 def test_the_mirror_config_never_holds_the_token(mirrors: Mirrors, origin: Origin) -> None:
-    fetched = mirrors.revisions(origin.url, "refs/heads/main", "refs/pull/7/head", token=TOKEN)
+    fetched = Mirrors(mirrors.root, credentials=lambda: TOKEN).revisions(origin.url, "refs/heads/main", "refs/pull/7/head")
     config = (fetched.mirror / "config").read_text()
     assert TOKEN not in config and TOKEN_B64 not in config and "extraHeader" not in config
-    assert f"url = {origin.path}" in config
+    assert f"url = {origin.bare}" in config
 
 
 # --- refusals ---------------------------------------------------------------------------------------------------

@@ -448,4 +448,4 @@ def test_single_replica_is_always_the_leader(tmp_path: Path) -> None:
     from bot.service.settings import ServiceConfig
 
     service = build_service(ServiceConfig(webhook_secret=b"s", github=GitHubAuth(token="t" * 12), cache_dir=tmp_path))
-    assert service.leader is None and service.is_leader and service.bot.runner.claims is None
+    assert service.leader is None and service.is_leader and service.bot.claims is None

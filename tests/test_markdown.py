@@ -14,7 +14,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bot.engine import markdown as md
-from bot.engine.commands import CommandError, _mask, help_text, parse_commands
+from bot.engine.commands import CommandError, _mask, parse_commands
+from tests.handlers.test_registry import help_text
 from bot.engine.diff import ChangeKind, SecretKeyChanges
 from bot.engine.drift import DriftItem, DriftKind, DriftReport, format_markdown as drift_markdown
 from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, TierId

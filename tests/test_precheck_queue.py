@@ -1,52 +1,27 @@
 """A run waiting for a worker already shows its pending status and "running" comment (so a crash cannot lose it).
 
 The GitHub and git sides are in-memory implementations of the small interfaces the handler owns
-(handlers/precheck.py PrecheckGitHub / PrecheckGit), in the style of Prow's plugin clients.
+(handlers/context.py PrecheckGitHub, handlers/precheck.py PrecheckGit), in the style of Prow's plugin clients;
+the runs are bot/service/runs.py's PrecheckRuns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.engine.jobs import PrecheckKey
 from bot.service.metrics import new_metrics
-from bot.service.runs import RunQueue, Submitted
-from handlers.precheck import PrecheckPlan, PrecheckRunner
+from bot.service.runs import PrecheckRuns, RunQueue, Submitted
+from handlers.precheck import Precheck, PrecheckPlan, running_state
+from tests.fakes.context import MemoryGit, MemoryGitHub
 
 
-@dataclass
-class RecordingGitHub:
-    is_app: bool = False
-    statuses: list[tuple[str, str, str]] = field(default_factory=list)  # (sha, context, state)
-    comments: dict[str, str] = field(default_factory=dict)
-
-    def installation_token(self) -> str | None:
-        return None
-
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
-        self.comments[marker] = bodies[0]
-        return [1]
-
-    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
-        self.statuses.append((sha, context, state))
-
-    def upsert_check_run(self, *args: object, **kwargs: object) -> int:
-        raise AssertionError("not an App")
-
-
-class BlockedGit:
-    """Every fetch waits until released, then fails (the run ends in an `error` status)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None):
-        self.release.wait(10)
-        from bot.engine.errors import InfraError
-
-        raise InfraError("origin unreachable")
+def precheck_runs(github: MemoryGitHub, git: MemoryGit, tmp_path: Path, final_retry: float = 5.0) -> PrecheckRuns:
+    metrics = new_metrics()
+    precheck = Precheck(github=github, git=git, settings=None, metrics=metrics, cache_dir=tmp_path)
+    return PrecheckRuns(precheck, RunQueue(workers=1, max_queued=10), metrics, final_retry=final_retry)
 
 
 def plan(number: int) -> PrecheckPlan:
@@ -54,18 +29,18 @@ def plan(number: int) -> PrecheckPlan:
 
 
 async def test_queued_run_is_already_pending(tmp_path: Path) -> None:
-    github, git = RecordingGitHub(), BlockedGit()
-    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path)
+    github, git = MemoryGitHub(), MemoryGit(gate=threading.Event())  # every fetch waits, then fails (an `error` status)
+    runner = precheck_runs(github, git, tmp_path)
     first, second = plan(1), plan(2)
     assert runner.schedule(first) == {"prod": Submitted.STARTED}
     assert runner.schedule(second) == {"prod": Submitted.STARTED}
     await asyncio.sleep(0.2)
     assert runner.queue.depth == 1  # PR 2 waits for the only worker...
-    assert (second.head_sha, "fluxwarden/prod", "pending") in github.statuses  # ...yet GitHub already shows it pending
-    assert "fluxwarden:precheck:prod" in github.comments
-    git.release.set()
+    assert github.states(second.head_sha) == ["pending"]  # ...yet GitHub already shows it pending
+    assert github.reply(2, "fluxwarden:precheck:prod") == running_state(second, "prod").comment[0]
+    git.gate.set()
     await runner.queue.drain(timeout=10)
-    assert [s for s in github.statuses if s[0] == second.head_sha] == [(second.head_sha, "fluxwarden/prod", "pending"), (second.head_sha, "fluxwarden/prod", "error")]
+    assert github.states(second.head_sha) == ["pending", "error"]
 
 
 def test_links_point_at_the_repository_host() -> None:
@@ -77,47 +52,26 @@ def test_links_point_at_the_repository_host() -> None:
     assert blob_base(local) == f"https://github.com/o/r/blob/{'a' * 40}"
 
 
-class FlakyGitHub(RecordingGitHub):
-    """Refuses statuses and comments while `down` (as the adapter does once its retries are spent)."""
-
-    down: bool = True
-
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
-        from bot.engine.errors import InfraError
-
-        if self.down:
-            raise InfraError("GitHub 500")
-        return super().upsert_comments(repo, number, marker, bodies)
-
-    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
-        from bot.engine.errors import InfraError
-
-        if self.down:
-            raise InfraError("GitHub 500")
-        super().set_status(repo, sha, context, state, description, target_url)
-
-
 async def test_a_refused_final_state_is_written_again_and_the_run_counts_as_busy_meanwhile(tmp_path: Path) -> None:
-    github, git = FlakyGitHub(), BlockedGit()
-    git.release.set()  # the run ends at once (an `error` status: the fetch fails)
-    runner = PrecheckRunner(github=github, git=git, queue=RunQueue(workers=1, max_queued=10), metrics=new_metrics(), cache_dir=tmp_path, final_retry=0.05)
+    github = MemoryGitHub(down={"comment", "status"})  # refused as the adapter refuses once its retries are spent
+    runner = precheck_runs(github, MemoryGit(), tmp_path, final_retry=0.05)  # the run ends at once: the fetch fails (`error`)
     p = plan(1)
-    key = ("o/r", 1, "prod")
+    key = PrecheckKey("o/r", 1, "prod")
     runner.schedule(p)
     await runner.queue.drain(timeout=10)
-    assert github.statuses == [] and not runner.queue.running(key, p.head_sha)
+    assert github.status_list == {} and not runner.queue.running(key, p.head_sha)
     assert runner.busy(key, p.head_sha), "still writing its final state: a sweep must not re-run it"
     await asyncio.sleep(0.3)  # a few attempts while GitHub is down
-    github.down = False
+    github.down.clear()
     for _ in range(100):
-        if github.statuses:
+        if github.status_list:
             break
         await asyncio.sleep(0.05)
-    assert github.statuses == [(p.head_sha, "fluxwarden/prod", "error")]
+    assert github.states(p.head_sha) == ["error"]
     await asyncio.sleep(0.05)
     assert not runner.busy(key, p.head_sha)
     # A newer run of the same PR and cluster cancels a pending rewrite (it writes its own state).
-    github.down = True
+    github.down.update({"comment", "status"})
     runner.schedule(p)
     await runner.queue.drain(timeout=10)
     assert runner.busy(key, p.head_sha)

@@ -7,15 +7,12 @@ kustomize, and reconciles comments and statuses on the fake over HTTP.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import git
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -23,75 +20,49 @@ from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import build_service
 from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
-from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
+from tests.fakes.service import BOT_TOKEN, PAYLOADS, REPO, SECRET, load_payload, sign
+from tests.fakes.service import Harness as BaseHarness
+from tests.fakes.service import Origin as BaseOrigin
+from tests.gitrepo import EXAMPLE, pre_fix
 
-PAYLOADS = Path(__file__).parent / "payloads"
-REPO = "home-ops/cluster"
-SECRET = b"it's a secret to everybody"
-BOT_TOKEN = "ghs_" + "b" * 36
-
-
-def sign(body: bytes, secret: bytes = SECRET) -> str:
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+__all__ = ["BOT_TOKEN", "PAYLOADS", "REPO", "SECRET", "Harness", "Origin", "payload", "sign"]
 
 
-class Origin:
-    """A bare origin holding main (pre-fix) and refs/pull/7/head (the fix, then later pushes)."""
+class Origin(BaseOrigin):
+    """main is the seed's pre-fix example; refs/pull/7/head the fix, then later pushes."""
 
     def __init__(self, tmp: Path) -> None:
-        self.work = tmp / "work"
-        shutil.copytree(EXAMPLE, self.work)
-        pre_fix(self.work)
-        self.repo = init_repo(self.work)
-        self.main = self.repo.head.commit.hexsha
-        self.bare = tmp / "origin.git"
-        git.Repo.init(self.bare, bare=True)
-        self.repo.git.push(str(self.bare), "main:refs/heads/main")
+        super().__init__(tmp, _pre_fix_example)
         for rel in ("platform-config", "platform-config-cdi"):
             shutil.rmtree(self.work / rel, ignore_errors=True)
             shutil.copytree(EXAMPLE / rel, self.work / rel)
         for name in ("kustomization.yaml", "apps-vms.yaml", "platform-config-cdi.yaml"):
             shutil.copy(EXAMPLE / "clusters/base" / name, self.work / "clusters/base" / name)
-        self.head = commit_all(self.repo, "fix(gitops): CDI deadlock repaired in the graph")
-        self.publish(self.head)
-
-    def publish(self, sha: str) -> None:
-        self.repo.git.push(str(self.bare), f"+{sha}:refs/pull/7/head")
+        self.head = self.commit("fix(gitops): CDI deadlock repaired in the graph")
+        self.publish(self.head, "refs/pull/7/head")
 
     def push_more(self) -> str:
         (self.work / "apps/whoami/extra.txt").write_text("x\n")
-        sha = commit_all(self.repo, "another push")
-        self.publish(sha)
+        sha = self.commit("another push")
+        self.publish(sha, "refs/pull/7/head")
         return sha
 
 
+def _pre_fix_example(work: Path) -> None:
+    shutil.copytree(EXAMPLE, work)
+    pre_fix(work)
+
+
 def payload(name: str, **shas: str) -> dict[str, Any]:
-    data = json.loads((PAYLOADS / f"{name}.json").read_text())
+    data = load_payload(name)
     if "pull_request" in data:
         data["pull_request"]["head"]["sha"] = shas.get("head", data["pull_request"]["head"]["sha"])
         data["pull_request"]["base"]["sha"] = shas.get("base", data["pull_request"]["base"]["sha"])
     return data
 
 
-class Harness:
-    """The running service, its fake GitHub and the origin."""
-
-    def __init__(self, client: TestClient, fake: FakeGitHub, service: Any, origin: Origin) -> None:
-        self.client, self.fake, self.service, self.origin = client, fake, service, origin
-        self._n = 0
-
-    async def deliver(self, event: str, data: dict[str, Any], *, delivery: str | None = None, secret: bytes = SECRET) -> Any:
-        self._n += 1
-        body = json.dumps(data).encode()
-        return await self.client.post("/webhook", data=body, headers={
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or f"delivery-{self._n}",
-            "X-Hub-Signature-256": sign(body, secret),
-            "Content-Type": "application/json",
-        })
-
-    async def settle(self) -> None:
-        await self.service.webhook.settle(timeout=120)
+class Harness(BaseHarness):
+    """PR 7 of the example: comments on it, and what the bot wrote there."""
 
     def comment(self, body: str, user: str = "bob") -> dict[str, Any]:
         """A PR comment that exists on the fake (GitHub has it before it sends the webhook)."""
@@ -101,12 +72,6 @@ class Harness:
         data["comment"]["user"]["login"] = user
         data["sender"]["login"] = user
         return data
-
-    def comments(self, marker: str) -> list[Any]:
-        return [c for c in self.fake.issue_comments(REPO, 7) if c.body.startswith(f"<!-- {marker} -->")]
-
-    def states(self, sha: str, context: str) -> list[str]:
-        return [s.state for s in reversed(self.fake.statuses_for(REPO, sha)) if s.context == context]
 
 
 @pytest.fixture
@@ -140,7 +105,7 @@ async def test_pull_request_opened_posts_review_and_statuses(harness: Harness) -
     assert acknowledged < 1.0
     await h.settle()
     for cluster in ("dev", "prod"):
-        [comment] = h.comments(f"fluxwarden:precheck:{cluster}")
+        [comment] = h.comments(7, f"fluxwarden:precheck:{cluster}")
         # prune-transient, tier-order-stale, and the CDI CR's readiness gap (dependency-not-waited)
         assert f"### ⚠️ {cluster}: 3 new warnings" in comment.body
         assert "Cold start: this change resolves a cold-start deadlock" in comment.body
@@ -162,7 +127,7 @@ async def test_comment_command_permissions(harness: Harness) -> None:
     response = await h.deliver("issue_comment", comment)
     assert response.status == 202
     await h.settle()
-    [reply] = h.comments(f"fluxwarden:reply:{comment['comment']['id']}")
+    [reply] = h.comments(7, f"fluxwarden:reply:{comment['comment']['id']}")
     assert "you have write permission on this repository; `prod` needs maintain" in reply.body
     assert h.states(h.origin.head, "fluxwarden/prod") == []
     assert h.fake.reactions_for(comment["comment"]["id"]) == []
@@ -181,7 +146,7 @@ async def test_help_and_bad_commands_reply_without_running(harness: Harness) -> 
     comment = h.comment("/fluxwarden help\n/precheck staging\n> /precheck prod")
     await h.deliver("issue_comment", comment)
     await h.settle()
-    [reply] = h.comments(f"fluxwarden:reply:{comment['comment']['id']}")
+    [reply] = h.comments(7, f"fluxwarden:reply:{comment['comment']['id']}")
     assert "/precheck" in reply.body and "prod: maintain or higher" in reply.body
     assert "unknown cluster `staging`" in reply.body
     assert h.fake.statuses_for(REPO, h.origin.head) == []
@@ -215,7 +180,7 @@ async def test_new_push_supersedes_the_older_run(harness: Harness) -> None:
     await h.deliver("pull_request", payload("pull_request.opened", head=old, base=h.origin.main))
     await h.deliver("pull_request", payload("pull_request.synchronize", head=new, base=h.origin.main))
     await h.settle()
-    [comment] = h.comments("fluxwarden:precheck:prod")
+    [comment] = h.comments(7, "fluxwarden:precheck:prod")
     assert new[:12] in json.dumps([e.json for e in h.fake.find_effects("PATCH")] + [comment.body])
     assert h.states(new, "fluxwarden/prod") == ["pending", "success"]
     assert "success" not in h.states(old, "fluxwarden/prod")
@@ -236,7 +201,7 @@ async def test_infrastructure_failure_is_an_error_status(harness: Harness) -> No
     await h.deliver("pull_request", payload("pull_request.opened", head=h.origin.head, base=h.origin.main))
     await h.settle()
     assert h.states(h.origin.head, "fluxwarden/prod") == ["pending", "error"]
-    [comment] = h.comments("fluxwarden:precheck:prod")
+    [comment] = h.comments(7, "fluxwarden:precheck:prod")
     assert "infrastructure error" in comment.body and "could not run" in comment.body
 
 

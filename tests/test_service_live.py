@@ -54,7 +54,7 @@ def start(tmp_path: Path):
 async def precheck(h: Harness) -> str:
     await h.deliver("pull_request", payload("pull_request.opened", head=h.origin.head, base=h.origin.main))
     await h.settle()
-    [comment] = h.comments("fluxwarden:precheck:prod")
+    [comment] = h.comments(7, "fluxwarden:precheck:prod")
     return comment.body
 
 

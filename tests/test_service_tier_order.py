@@ -28,9 +28,11 @@ from bot.service.settings import ClusterPolicy, GitIdentity, RepoPolicy, Service
 from bot.engine.tierfix import BRANCH
 from bot.engine.tierorder import read_tier_order
 from tests.fakes.github import FakeGitHub
-from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
+from tests.gitrepo import EXAMPLE, commit_all, pre_fix
 from tests.golden import assert_golden
-from tests.test_service import BOT_TOKEN, PAYLOADS, REPO, SECRET, sign
+from tests.fakes.service import BOT_TOKEN, PAYLOADS, REPO, SECRET
+from tests.fakes.service import Harness as BaseHarness
+from tests.fakes.service import Origin as BaseOrigin
 from tests.test_tier_order_cli import KUSTOMIZATION, disagree
 
 SCRIPT = "bootstrap/standup.sh"
@@ -63,27 +65,17 @@ class LiveBranches(dict):  # type: ignore[type-arg]
         return sha
 
 
-class Origin:
+class Origin(BaseOrigin):
     """A bare origin whose main starts at the pre-fix example; `commit` pushes more to main."""
 
     def __init__(self, tmp: Path) -> None:
-        self.work = tmp / "work"
-        shutil.copytree(EXAMPLE, self.work)
-        pre_fix(self.work)
-        self.repo = init_repo(self.work)
-        self.bare = tmp / "origin.git"
-        git.Repo.init(self.bare, bare=True, initial_branch="main")
-        self.main = self.push()
-
-    @property
-    def origin(self) -> git.Repo:
-        return git.Repo(self.bare)
+        super().__init__(tmp, _pre_fix_example)
 
     def push(self) -> str:
-        self.repo.git.push(str(self.bare), "+main:refs/heads/main")
+        self.publish("main", "refs/heads/main")
         return self.repo.head.commit.hexsha
 
-    def commit(self, message: str, edit: Callable[[Path], None]) -> str:
+    def commit(self, message: str, edit: Callable[[Path], None]) -> str:  # type: ignore[override]
         edit(self.work)
         commit_all(self.repo, message)
         self.main = self.push()
@@ -108,6 +100,11 @@ class Origin:
         return self.origin.git.show(f"{rev}:{path}")
 
 
+def _pre_fix_example(work: Path) -> None:
+    shutil.copytree(EXAMPLE, work)
+    pre_fix(work)
+
+
 def add_tier_line(root: Path, line: str = "  platform-config-cdi\n") -> None:
     script = root / SCRIPT
     text = script.read_text()
@@ -127,21 +124,12 @@ def add_monitoring(root: Path) -> None:
     kfile.write_text(kfile.read_text().rstrip("\n") + "\n  - monitoring.yaml\n")
 
 
-class Harness:
-    def __init__(self, client: TestClient, fake: FakeGitHub, service: Any, origin: Origin) -> None:
-        self.client, self.fake, self.service, self.origin = client, fake, service, origin
-        self._n = 0
+class Harness(BaseHarness):
+    """Deliveries settle before they return; pushes to main and commands in comments, and the bot's PRs."""
 
-    async def deliver(self, event: str, data: dict[str, Any]) -> Any:
-        self._n += 1
-        body = json.dumps(data).encode()
-        response = await self.client.post("/webhook", data=body, headers={
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": f"tier-delivery-{self._n}",
-            "X-Hub-Signature-256": sign(body),
-            "Content-Type": "application/json",
-        })
-        await self.service.webhook.settle(timeout=120)
+    async def deliver(self, event: str, data: dict[str, Any], **kwargs: Any) -> Any:  # type: ignore[override]
+        response = await super().deliver(event, data, **kwargs)
+        await self.settle()
         return response
 
     async def push(self, after: str | None = None, before: str = "1" * 40, ref: str = "refs/heads/main") -> Any:
@@ -190,7 +178,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         adapter = GitHubAdapter(config.github, min_write_interval=0, backoff=0.05, bot_login="fluxwarden-bot")
         service = build_service(config, github=adapter)
         async with TestClient(TestServer(service.app())) as client:
-            yield Harness(client, fake, service, origin)
+            yield Harness(client, fake, service, origin, prefix="tier-delivery")
 
 
 def order_at(origin: Origin, rev: str) -> list[str]:
@@ -358,10 +346,8 @@ async def test_fix_tier_order_command_in_an_issue_opens_the_pr(harness: Harness)
     comment_id = await h.command(issue.number)
     [pull] = h.pulls("open")
     [reply] = h.comments_on(issue.number)[1:]
-    assert reply == (
-        f"<!-- fluxwarden:fix-tier-order:{comment_id} -->\n@bob\n\n"
-        f"Opened #{pull.number}: add platform-config-cdi to TIER_ORDER.\n"
-    )
+    assert f"Opened #{pull.number}: add platform-config-cdi to TIER_ORDER." in reply
+    assert_golden("comments/fix-tier-order-opened.md", _masked(reply, comment_id))
     assert [r.content for r in h.fake.reactions_for(comment_id)] == ["eyes"]
     assert order_at(h.origin, h.origin.branch()) == ["platform", "platform-config", "platform-config-cdi", "apps", "apps-vms"]
 

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -550,9 +550,13 @@ class _Session:
 class Mirrors:
     """One cached bare mirror per repository under `root`; fetches what a run needs."""
 
-    def __init__(self, root: Path, *, timeout: float = 120.0, proxy: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, timeout: float = 120.0, proxy: str | None = None, credentials: Callable[[], str | None] | None = None
+    ) -> None:
         self.root = Path(root).absolute()
         self.timeout = timeout
+        # The access token for remotes (e.g. the GitHub App's installation token), asked for per remote operation.
+        self.credentials = credentials
         self.proxy = proxy  # the only proxy git will use: nothing is inherited from our environment
         self._stats_lock = threading.Lock()
         self._fetches = 0
@@ -572,16 +576,16 @@ class Mirrors:
         """The mirror directory of a clone URL (refused like `fetch` would refuse it)."""
         return self.root.joinpath(*_parse_remote(clone_url).parts)
 
-    def fetch(self, clone_url: str, refs: Sequence[str], token: str | None = None) -> Path:
+    def fetch(self, clone_url: str, refs: Sequence[str]) -> Path:
         """Bring `refs` (full ref names or commit SHAs) into the mirror of `clone_url`; return the mirror."""
-        with self._session(clone_url, token) as session:
+        with self._session(clone_url) as session:
             self._fetch_locked(session, [_check_ref(r) for r in refs])
         return session.mirror
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str, token: str | None = None) -> FetchedRevisions:
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> FetchedRevisions:
         """Fetch both refs and resolve them to commit SHAs, under one lock so no other run moves them between."""
         base_ref, head_ref = _check_ref(base_ref), _check_ref(head_ref)
-        with self._session(clone_url, token) as session:
+        with self._session(clone_url) as session:
             self._fetch_locked(session, [base_ref, head_ref])
             base_sha, head_sha = (self._resolve_locked(session, ref) for ref in (base_ref, head_ref))
         return FetchedRevisions(session.mirror, base_sha, head_sha)
@@ -600,10 +604,10 @@ class Mirrors:
 
     # --- the bot's own branches (fetch, commit, push) ---
 
-    def branch_heads(self, clone_url: str, branches: Sequence[str], token: str | None = None) -> BranchHeads:
+    def branch_heads(self, clone_url: str, branches: Sequence[str]) -> BranchHeads:
         """Ask the remote where `branches` point (None: no such branch) and fetch those that exist into the mirror."""
         refs = [_check_ref(f"refs/heads/{b}") for b in branches]
-        with self._session(clone_url, token) as session:
+        with self._session(clone_url) as session:
             created = self._ensure_mirror(session)
             try:
                 _, out = session.run(["ls-remote", "--", "origin", *refs], remote=True)
@@ -642,7 +646,7 @@ class Mirrors:
         from git.objects import Blob, Commit
         from gitdb.base import IStream
 
-        with self._session(clone_url, None) as session:
+        with self._session(clone_url, talks_to_remote=False) as session:
             repo = _open(session.mirror)
             parent = repo.commit(_check_ref(parent_sha))
             index = IndexFile.new(repo, parent.tree)
@@ -664,18 +668,18 @@ class Mirrors:
             commit = Commit.create_from_tree(repo, tree, message, parent_commits=[parent], head=False, author=actor, committer=actor)
             return commit.hexsha
 
-    def push_branch(self, clone_url: str, sha: str, branch: str, token: str | None = None, *, force: bool = True) -> None:
+    def push_branch(self, clone_url: str, sha: str, branch: str, *, force: bool = True) -> None:
         """Point the remote's `branch` at `sha` (a commit in the mirror); `force` replaces whatever it held."""
         ref = _check_ref(f"refs/heads/{branch}")
         sha = _check_ref(sha)
-        with self._session(clone_url, token) as session:
+        with self._session(clone_url) as session:
             spec = f"{'+' if force else ''}{sha}:{ref}"
             session.run(["push", "--no-verify", "--quiet", "--", "origin", spec], remote=True)
 
-    def delete_branch(self, clone_url: str, branch: str, token: str | None = None) -> None:
+    def delete_branch(self, clone_url: str, branch: str) -> None:
         """Delete the remote's `branch` (nothing happens when it is already gone)."""
         ref = _check_ref(f"refs/heads/{branch}")
-        with self._session(clone_url, token) as session:
+        with self._session(clone_url) as session:
             _, out = session.run(["ls-remote", "--", "origin", ref], remote=True)
             if any(line.partition("\t")[2] == ref for line in out.splitlines()):
                 session.run(["push", "--no-verify", "--quiet", "--", "origin", f":{ref}"], remote=True)
@@ -683,7 +687,9 @@ class Mirrors:
     # --- internals ---
 
     @contextmanager
-    def _session(self, clone_url: str, token: str | None) -> Iterator[_Session]:
+    def _session(self, clone_url: str, *, talks_to_remote: bool = True) -> Iterator[_Session]:
+        """A locked session on the mirror of `clone_url`; the token only for sessions that talk to the remote."""
+        token = self.credentials() if talks_to_remote and self.credentials is not None else None
         remote = _parse_remote(clone_url)
         git_bin = shutil.which("git")
         if git_bin is None:

@@ -1,11 +1,14 @@
-"""ChatOps commands in PR comments: the registry, the parser, the help text and permission order (sans-I/O)."""
+"""ChatOps commands in PR comments: their syntax, the parser, the help table and permission order (sans-I/O).
+
+What each command does, its help summary and who may use it are in handlers/registry.py.
+"""
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Collection, Mapping
+from typing import Collection, Sequence
 
 from bot.engine import markdown as md
 from bot.engine.errors import UserError
@@ -13,16 +16,6 @@ from bot.engine.errors import UserError
 MAX_COMMANDS = 10
 LIST_CAP = 10  # names a reply lists before "and N more"
 PERMISSION_ORDER = ("none", "read", "triage", "write", "maintain", "admin")
-
-
-@dataclass(frozen=True)
-class CommandSpec:
-    """One command as the registry, the parser and the help text know it."""
-
-    name: str
-    usage: str
-    summary: str
-    permission: str  # default required repository permission (read|triage|write|maintain|admin)
 
 
 @dataclass(frozen=True)
@@ -53,29 +46,29 @@ class CommandError(UserError):
         self.line = line
 
 
-REGISTRY: tuple[CommandSpec, ...] = (
-    CommandSpec(
-        name="precheck",
-        usage="/precheck [cluster ...]",
-        summary="Render the named clusters (none: every configured cluster) at the PR head and post the precheck report.",
-        permission="write",
-    ),
-    CommandSpec(
-        name="help",
-        usage="/fluxwarden help",
-        summary="Show this help.",
-        permission="read",
-    ),
-    CommandSpec(
-        name="fix-tier-order",
-        usage="/fluxwarden fix-tier-order",
-        summary="Open (or update) a pull request that puts the tier order list in dependency order.",
-        permission="write",
-    ),
+@dataclass(frozen=True)
+class CommandSyntax:
+    """One command as the parser knows it: its name, its usage line, and the class of what it parses to."""
+
+    name: str
+    usage: str
+    parses_to: type
+
+
+SYNTAX: tuple[CommandSyntax, ...] = (
+    CommandSyntax("precheck", "/precheck [cluster ...]", PrecheckCommand),
+    CommandSyntax("help", "/fluxwarden help", HelpCommand),
+    CommandSyntax("fix-tier-order", "/fluxwarden fix-tier-order", FixTierOrderCommand),
 )
 
-_SPECS = {spec.name: spec for spec in REGISTRY}
-_SUBCOMMANDS: dict[str, Command] = {"help": HelpCommand(), "fix-tier-order": FixTierOrderCommand()}
+_SPECS = {syntax.name: syntax for syntax in SYNTAX}
+_SUBCOMMANDS: dict[str, Command] = {syntax.name: syntax.parses_to() for syntax in SYNTAX if syntax.name != "precheck"}  # `/fluxwarden <name>`
+
+
+def command_name(command: Command) -> str:
+    """The name of a parsed command (its SYNTAX entry)."""
+    return next(syntax.name for syntax in SYNTAX if isinstance(command, syntax.parses_to))
+
 
 # The command word must be followed by whitespace or the end of the line: `/prechecks`, `/precheck-foo`
 # and `/precheck:` are not commands (other bots' commands and prose stay silent).
@@ -117,16 +110,9 @@ def parse_commands(body: str, known_clusters: Collection[str]) -> list[Command |
     return results
 
 
-def help_text(cluster_permissions: Mapping[str, str], default_permission: str = "write") -> str:
-    """The Markdown reply to `/fluxwarden help`; `cluster_permissions` maps each configured cluster to its permission."""
-    rows = []
-    for spec in REGISTRY:
-        if spec.name == "precheck":
-            who = "; ".join(f"{md.text(c)}: {_who(cluster_permissions[c])}" for c in sorted(cluster_permissions))
-            who = who or _who(default_permission)
-        else:
-            who = _who(spec.permission)
-        rows.append(f"| `{spec.usage}` | {md.text(spec.summary)} | {who} |")
+def help_text(rows: Sequence[tuple[str, str, str]]) -> str:
+    """The Markdown reply to `/fluxwarden help`: one row per command, (usage, summary, who may use it as Markdown)."""
+    lines = [f"| `{usage}` | {md.text(summary)} | {who} |" for usage, summary, who in rows]
     return "\n".join(
         [
             "### Fluxwarden commands",
@@ -136,7 +122,7 @@ def help_text(cluster_permissions: Mapping[str, str], default_permission: str = 
             "",
             "| command | what it does | who may use it |",
             "|---|---|---|",
-            *rows,
+            *lines,
             "",
             "Cluster names are case-sensitive. Quoted lines, code and HTML comments are ignored.",
             "",
@@ -164,7 +150,7 @@ def _command(word: str, args: list[str], line: str, known_clusters: Collection[s
     if word == "precheck":
         return _precheck(args, line, known_clusters)
     if not args:
-        return CommandError(f"usage: `{_SPECS['help'].usage}` or `{_SPECS['fix-tier-order'].usage}`", line)
+        return CommandError("usage: " + " or ".join(f"`{_SPECS[name].usage}`" for name in _SUBCOMMANDS), line)
     sub, rest = args[0], args[1:]
     if sub not in _SUBCOMMANDS:
         return CommandError(f"unknown command {code_span('/fluxwarden ' + sub)}; try `{_SPECS['help'].usage}`", line)
@@ -273,7 +259,8 @@ def _fence_end(lines: list[str], starts: list[int], index: int, opener: str) -> 
     return starts[-1] + len(lines[-1])
 
 
-def _who(permission: str) -> str:
+def who(permission: str) -> str:
+    """Who holds `permission` or more, as the help table says it."""
     if permission not in PERMISSION_ORDER:
         raise ValueError(f"unknown permission {permission!r}; expected one of {', '.join(PERMISSION_ORDER)}")
     if permission == "none":

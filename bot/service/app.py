@@ -15,19 +15,23 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from bot.pipeline.check import CheckOptions
-from bot.engine.errors import FluxwardenError
-from bot.adapters.github import GitHubAdapter
 from bot.adapters.git import Mirrors
+from bot.adapters.github import GitHubAdapter
 from bot.adapters.kustomize import allow_builds, locate_kustomize, stop_builds
+from bot.adapters.scheduler import DriftScheduler
+from bot.engine.errors import FluxwardenError
+from bot.pipeline.check import CheckOptions
+from bot.service.claims import CLAIM_GRACE, Claims, pod_of
+from bot.service.leader import LeaderElector, build_elector, replica_identity
 from bot.service.metrics import new_metrics
-from bot.service.runs import RunQueue
+from bot.service.runs import PrecheckRuns, RunQueue
 from bot.service.server import Readiness, WebhookApp
 from bot.service.settings import ServiceConfig
 from handlers.context import BotContext
-from handlers.precheck import PrecheckRunner
-from bot.service.claims import CLAIM_GRACE
-from handlers.restart import resume_pending, sweep_own
+from handlers.drift import build_drift_scheduler
+from handlers.precheck import Precheck
+from handlers.registry import check_registry
+from handlers.restart import resume_pending, sweep_own, sweep_pending
 
 log = logging.getLogger(__name__)
 SHUTDOWN_TIMEOUT = 10.0  # seconds aiohttp waits for HTTP requests in progress on SIGTERM (webhooks answer at once)
@@ -37,13 +41,15 @@ STALE_WORK_DIR_MIN = 1800.0  # a /tmp/fluxwarden-* directory is stale after max(
 
 @dataclass
 class Service:
-    """A configured service: its context, readiness and HTTP application."""
+    """A configured service: its context, its runs, readiness and HTTP application."""
 
+    config: ServiceConfig
     bot: BotContext
+    runs: PrecheckRuns
     readiness: Readiness
     webhook: WebhookApp
-    drift: Any = None  # bot.scheduler.DriftScheduler: scheduled drift reports (None: no cluster has them)
-    leader: Any = None  # bot.leader.LeaderElector when leader_election.enabled (docs/high-availability.md)
+    drift: DriftScheduler | None = None  # scheduled drift reports (None: no cluster has them)
+    leader: LeaderElector | None = None  # when leader_election.enabled (docs/high-availability.md)
     _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
 
     @property
@@ -68,14 +74,14 @@ class Service:
         within the pod's grace period, instead of building every remaining tier first."""
         killed = stop_builds()
         deadline = time.monotonic() + THREADS_GRACE
-        while self.bot.runner.reviewing and time.monotonic() < deadline:
+        while self.runs.precheck.reviewing and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        log.info("shutdown: %d kustomize build(s) killed, %d review thread(s) still running", killed, self.bot.runner.reviewing)
+        log.info("shutdown: %d kustomize build(s) killed, %d review thread(s) still running", killed, self.runs.precheck.reviewing)
         allow_builds()  # this process is done; an in-process successor (tests) builds again
 
     async def _start_sweep(self, _: web.Application) -> None:
         """Without leader election this replica is alone: it sweeps its own stale pending statuses."""
-        config = self.bot.config
+        config = self.config
         if self.leader is None and config.leader_election.sweep_seconds > 0:
             stale_after = config.limits.run_timeout + CLAIM_GRACE
             self._sweeper = asyncio.get_running_loop().create_task(
@@ -115,50 +121,44 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
     """Everything the service needs, from its config (the GitHub adapter can be injected for tests).
 
     `should_run` gates scheduled jobs (drift reports): leader election passes `elector.is_leader`."""
+    check_registry()  # a command the parser knows without a handler fails here, not in a comment
     metrics = new_metrics()
     adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
+    git = Mirrors(config.cache_dir / "mirrors", credentials=adapter.installation_token)
+    options = CheckOptions(timeout=config.limits.kustomize_timeout)
+    cache_dir = config.cache_dir / "builds"
     queue = RunQueue(config.limits.workers, config.limits.queue)
-    runner = PrecheckRunner(
-        github=adapter,
-        git=Mirrors(config.cache_dir / "mirrors"),
-        queue=queue,
-        metrics=metrics,
-        cache_dir=config.cache_dir / "builds",
-        options=CheckOptions(timeout=config.limits.kustomize_timeout),
-        run_timeout=config.limits.run_timeout,
-        final_retry=config.limits.final_retry_seconds,
-        target_url=config.public_url,
-        service_config=config,
+    identity = (config.leader_election.identity or replica_identity()) if config.leader_election.enabled else None
+    claims = _claims(adapter, config, identity) if identity is not None else None
+    precheck = Precheck(
+        github=adapter, git=git, settings=config, metrics=metrics, cache_dir=cache_dir, options=options,
+        run_timeout=config.limits.run_timeout, target_url=config.public_url,
     )
-    bot = BotContext(config=config, github=adapter, runner=runner, metrics=metrics)
+    runs = PrecheckRuns(precheck, queue, metrics, claims=claims, final_retry=config.limits.final_retry_seconds)
+    bot = BotContext(
+        config=config, github=adapter, git=git, prechecks=runs, jobs=queue, metrics=metrics, options=options, cache_dir=cache_dir, claims=claims,
+    )
     readiness = Readiness()
     leader = None
-    if config.leader_election.enabled:
-        leader = _high_availability(bot, config)
+    if identity is not None:
+        leader = _elector(bot, config, identity)
         if should_run is None:
             should_run = lambda: leader.is_leader  # noqa: E731
-    from handlers.drift import build_drift_scheduler
-
-    service = Service(bot, readiness, WebhookApp(bot, readiness), drift=build_drift_scheduler(bot, should_run=should_run))
-    service.leader = leader
-    return service
+    drift = build_drift_scheduler(bot, should_run=should_run)
+    return Service(config, bot, runs, readiness, WebhookApp(bot, config, queue, runs, metrics, readiness), drift=drift, leader=leader)
 
 
-def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.leader.LeaderElector
-    """Several replicas: claim runs on GitHub (bot/service/claims.py) and elect a leader on a Lease (bot/service/leader.py).
+def _claims(github: GitHubAdapter, config: ServiceConfig, identity: str) -> Claims:
+    """Several replicas: runs are claimed on GitHub (bot/service/claims.py)."""
+    pod = pod_of(identity) if os.environ.get("POD_NAME") else None
+    return Claims(github, identity, ttl=config.limits.run_timeout + CLAIM_GRACE, pod=pod)
+
+
+def _elector(bot: BotContext, config: ServiceConfig, identity: str) -> LeaderElector:
+    """Several replicas: the leader, elected on a Lease (bot/service/leader.py), sweeps what dead replicas left pending.
 
     Not part of /readyz: a replica that is not the leader (or cannot reach the Lease) still serves webhooks."""
-    import os
-
-    from bot.service.leader import build_elector, replica_identity
-    from bot.service.claims import Claims, pod_of
-    from handlers.restart import sweep_pending
-
     election = config.leader_election
-    identity = election.identity or replica_identity()
-    bot.runner.claims = Claims(
-        bot.github, identity, ttl=config.limits.run_timeout + CLAIM_GRACE, pod=pod_of(identity) if os.environ.get("POD_NAME") else None
-    )
     sweeper: list[asyncio.Task[None]] = []
 
     def started() -> None:
@@ -177,19 +177,20 @@ def _high_availability(bot: BotContext, config: ServiceConfig) -> Any:  # bot.le
 
 async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
     """Config is loaded (we are here), GitHub auth works, a kustomize binary is there."""
+    github: Any = bot.github  # the adapter itself: its token and login are the composition root's business
     readiness.checks["config"] = None
     try:
         # A real call, not just a configured token: an App mints an installation token, a token user
         # reads its own permission on the first repository (a 401 or a dead API URL fails here).
-        await asyncio.to_thread(bot.github.installation_token)
+        await asyncio.to_thread(github.installation_token)
         if bot.config.repos:
             first = bot.config.repos[0].name
-            await asyncio.to_thread(lambda: bot.github.permission(first, bot.github.bot_login))  # bot_login may call GitHub
+            await asyncio.to_thread(lambda: github.permission(first, github.bot_login))  # bot_login may call GitHub
         readiness.checks["github"] = None
     except FluxwardenError as exc:
         readiness.checks["github"] = str(exc)
     try:
-        binary = await asyncio.to_thread(locate_kustomize, bot.runner.options.kustomize)
+        binary = await asyncio.to_thread(locate_kustomize, bot.options.kustomize)
         readiness.checks["kustomize"] = None if binary.version != "unknown" else f"{binary.path} did not report a version"
     except FluxwardenError as exc:
         readiness.checks["kustomize"] = str(exc)

@@ -1,27 +1,31 @@
-"""Runs keyed by (repo, PR, cluster): the newest head SHA wins, older runs are cancelled, a bounded pool runs them."""
+"""The dispatcher: runs keyed by typed job keys (the newest version wins, older runs are cancelled, a bounded pool
+runs them), and the precheck runs on it (claims, running state, final state written until GitHub takes it)."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-RunKey = tuple[str, int, str]  # (owner/repo, PR number, cluster)
+from bot.engine.errors import InfraError
+from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.service.claims import RELEASE_TIMEOUT, Claims
+from bot.service.metrics import Metrics
+from handlers.precheck import (
+    OPERATIONS, STOPPED_THE_CHECKER, DesiredState, Precheck, error_state, interrupted_description, running_state, status_context,
+)
 
+log = logging.getLogger(__name__)
+FINAL_RETRY_MAX = 120.0  # seconds between attempts to write a refused final state, at most
 
-class Submitted(str, enum.Enum):
-    """What became of a submitted run."""
-
-    STARTED = "started"
-    SUPERSEDED = "superseded"  # started, and an older run for the key was cancelled
-    COALESCED = "coalesced"  # the same SHA is already queued or running
-    QUEUE_FULL = "queue-full"
+__all__ = ["FINAL_RETRY_MAX", "PrecheckRuns", "RunQueue", "Submitted"]
 
 
 @dataclass
 class _Run:
-    sha: str
+    version: str
     task: asyncio.Task[None]
 
 
@@ -31,7 +35,7 @@ class RunQueue:
     def __init__(self, workers: int, max_queued: int) -> None:
         self._slots = asyncio.Semaphore(workers)
         self._max_queued = max_queued
-        self._runs: dict[RunKey, _Run] = {}
+        self._runs: dict[JobKey, _Run] = {}
         self._waiting = 0
 
     @property
@@ -43,20 +47,20 @@ class RunQueue:
     def active(self) -> int:
         return sum(1 for r in self._runs.values() if not r.task.done())
 
-    def running(self, key: RunKey, sha: str) -> bool:
-        """Whether a run for `key` at `sha` is queued or running now."""
+    def running(self, key: JobKey, version: str) -> bool:
+        """Whether a run for `key` at `version` is queued or running now."""
         run = self._runs.get(key)
-        return run is not None and run.sha == sha and not run.task.done()
+        return run is not None and run.version == version and not run.task.done()
 
-    def is_current(self, key: RunKey, sha: str) -> bool:
-        """Whether `sha` is still the newest run for `key` (an old SHA must never overwrite a newer result)."""
+    def is_current(self, key: JobKey, version: str) -> bool:
+        """Whether `version` is still the newest run for `key` (an old SHA must never overwrite a newer result)."""
         run = self._runs.get(key)
-        return run is not None and run.sha == sha
+        return run is not None and run.version == version
 
-    def submit(self, key: RunKey, sha: str, job: Callable[[], Awaitable[None]]) -> Submitted:
-        """Start `job` for `key` at `sha`, cancelling an older SHA's run for the same key."""
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        """Start `job` for `key` at `version` (a head SHA, a pushed commit), cancelling an older version's run for the same key."""
         current = self._runs.get(key)
-        if current is not None and current.sha == sha and not current.task.done():
+        if current is not None and current.version == version and not current.task.done():
             return Submitted.COALESCED
         if self._waiting >= self._max_queued:
             return Submitted.QUEUE_FULL
@@ -64,11 +68,18 @@ class RunQueue:
         if superseded:
             current.task.cancel()
         self._waiting += 1
-        task = asyncio.get_running_loop().create_task(self._run(job), name=f"run {key[0]}#{key[1]} {key[2]} {sha[:12]}")
-        self._runs[key] = _Run(sha, task)
+        task = asyncio.get_running_loop().create_task(self._run(job), name=f"run {key} {version[:12]}")
+        self._runs[key] = _Run(version, task)
         return Submitted.SUPERSEDED if superseded else Submitted.STARTED
 
-    async def _run(self, job: Callable[[], Awaitable[None]]) -> None:
+    async def run(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        """Submit `job` and wait until the key's current run ends (a scheduled firing is done when its run is)."""
+        submitted = self.submit(key, version, job)
+        if submitted != Submitted.QUEUE_FULL:
+            await asyncio.wait([self._runs[key].task])  # waiting is cancelled with the caller, the run is not
+        return submitted
+
+    async def _run(self, job: Callable[[], Awaitable[object]]) -> None:
         try:
             await self._slots.acquire()
         finally:
@@ -89,3 +100,123 @@ class RunQueue:
         for run in self._runs.values():
             run.task.cancel()
         await asyncio.gather(*(r.task for r in self._runs.values()), return_exceptions=True)
+
+
+@dataclass
+class PrecheckRuns:
+    """Schedules prechecks on the queue (claimed first when there are several replicas) and writes their final states."""
+
+    precheck: Precheck
+    queue: RunQueue
+    metrics: Metrics
+    claims: Claims | None = None  # several replicas: claim each run on GitHub first (bot/service/claims.py)
+    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
+    _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
+    _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
+
+    def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
+        """Queue one run per cluster; a newer head SHA cancels an older run of the same PR and cluster.
+
+        The pending status (our claim) and the "running" comment are written at once, not when a
+        worker frees up: a run still waiting in the queue then survives this process dying (the
+        restart/sweep re-runs pending statuses), and a second replica sees the claim.
+        """
+        outcome = {}
+        for cluster in plan.clusters:
+            key = PrecheckKey(plan.repo, plan.number, cluster)
+            outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
+            if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
+                retrying = self._finalising.pop(key, None)
+                if retrying is not None:
+                    retrying.cancel()  # the new run writes its own final state
+                for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.head_sha]:
+                    self._claimed.pop(stale)  # its run was cancelled; the task itself still finishes
+                self._claimed[(key, plan.head_sha)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
+        self.metrics.queue_depth.set(self.queue.depth)
+        return outcome
+
+    async def _claim(self, plan: PrecheckPlan, cluster: str) -> bool:
+        """Write the running state (the status is the claim); False when another replica owns this run."""
+        running = running_state(plan, cluster)
+        current = self.queue.is_current(PrecheckKey(plan.repo, plan.number, cluster), plan.head_sha)
+        if self.claims is None:
+            # The status belongs to this SHA; the comment only while it is still the newest run.
+            await self.precheck.reconcile(plan, cluster, running, skip=() if current else ("comment",))
+            return True
+        if await self.claims.acquire(plan.repo, plan.head_sha, status_context(cluster), running.status.description, self.precheck.target_url):
+            if current:
+                await self.precheck.reconcile(plan, cluster, running, skip=("status",))  # the claim is the pending status
+            return True
+        return False
+
+    async def run(self, plan: PrecheckPlan, cluster: str) -> None:
+        """One cluster's run: running state, review (in a worker thread), final state — unless superseded."""
+        key = PrecheckKey(plan.repo, plan.number, cluster)
+        started = time.monotonic()
+        self.metrics.queue_depth.set(self.queue.depth)
+        claim = self._claimed.pop((key, plan.head_sha), None)
+        if not await (claim if claim is not None else self._claim(plan, cluster)):
+            return  # another replica runs this SHA and cluster
+        try:
+            desired, verdict = await self.precheck.desired(plan, cluster)
+        except asyncio.CancelledError:
+            if self.queue.is_current(key, plan.head_sha):  # shutting down, not superseded: say it was not this PR's doing
+                await self._interrupted(plan, cluster)
+            raise
+        if not self.queue.is_current(key, plan.head_sha):
+            return  # a newer push owns the comment now
+        if self.claims is not None and await self.claims.superseded(plan.repo, plan.number, plan.head_sha):
+            return  # a newer push, run by another replica, owns the comment now
+        failed = await self.precheck.reconcile(plan, cluster, desired)
+        if failed:
+            self._finalise_later(key, plan, cluster, desired, failed)
+        self.metrics.runs.labels(cluster, verdict).inc()
+        self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
+
+    def busy(self, key: PrecheckKey, sha: str) -> bool:
+        """Whether this process still works on `key` at `sha`: queued, running, or writing its final state."""
+        return self.queue.running(key, sha) or (key in self._finalising and self.queue.is_current(key, sha))
+
+    def _finalise_later(self, key: PrecheckKey, plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(self._finalise(plan, cluster, desired, failed), name=f"finalise {plan.repo}#{plan.number} {cluster}")
+        self._finalising[key] = task
+        task.add_done_callback(lambda t: self._finalising.pop(key, None) if self._finalising.get(key) is t else None)
+
+    async def _finalise(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
+        """Write what GitHub refused (the status, the comment, the check run) again, with backoff, until it is taken.
+
+        A GitHub outage at the final write must not leave the PR pending until some process restarts: this
+        replica has the result, so it keeps it until GitHub does. A newer run of the PR and cluster cancels
+        this (it writes its own); so does shutdown (the status stays pending: the next start re-runs it).
+        """
+        delay = self.final_retry
+        while failed:
+            log.info("GitHub refused the final %s of %s#%s %s; writing it again in %gs", "/".join(failed), plan.repo, plan.number, cluster, delay)
+            await asyncio.sleep(delay)
+            failed = await self.precheck.reconcile(plan, cluster, desired, skip=tuple(op for op in OPERATIONS if op not in failed))
+            delay = min(delay * 2, FINAL_RETRY_MAX)
+        log.info("final state of %s#%s %s written", plan.repo, plan.number, cluster)
+
+    async def close(self) -> None:
+        """Shutting down: stop writing final states again (what is still pending is re-run by the next start)."""
+        tasks = list(self._finalising.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _interrupted(self, plan: PrecheckPlan, cluster: str) -> None:
+        """A graceful shutdown mid-run: mark the status, so the next start re-runs it as a plain run, not a crash's."""
+        context, description, target_url = status_context(cluster), interrupted_description(cluster), self.precheck.target_url
+        if self.claims is not None:
+            await self.claims.release(plan.repo, plan.head_sha, context, description, target_url)
+            return
+        call = asyncio.to_thread(self.precheck.github.set_status, plan.repo, plan.head_sha, context, "pending", description, target_url)
+        try:
+            await asyncio.wait_for(call, timeout=RELEASE_TIMEOUT)
+        except (InfraError, asyncio.TimeoutError) as exc:
+            log.warning("could not mark %s#%s %s interrupted: %s", plan.repo, plan.number, cluster, exc or "timed out")
+
+    async def give_up(self, plan: PrecheckPlan, cluster: str) -> None:
+        """End a run that stopped the checker twice with `error`, instead of running it into a crash loop."""
+        await self.precheck.reconcile(plan, cluster, error_state(cluster, STOPPED_THE_CHECKER.format(cluster=cluster), infrastructure=True))
+        self.metrics.runs.labels(cluster, "error").inc()

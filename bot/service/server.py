@@ -10,8 +10,10 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from bot.service.metrics import CONTENT_TYPE
 from bot.engine.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, PushEvent, parse_body, parse_event, verify_signature
+from bot.service.metrics import CONTENT_TYPE, Metrics
+from bot.service.runs import PrecheckRuns, RunQueue
+from bot.service.settings import ServiceConfig
 from handlers.comment import on_comment
 from handlers.context import BotContext
 from handlers.pull_request import on_pull_request
@@ -35,10 +37,11 @@ class Readiness:
 
 
 class WebhookApp:
-    """Builds the aiohttp application around a BotContext."""
+    """Builds the aiohttp application around a BotContext, its run queue and its precheck runs."""
 
-    def __init__(self, bot: BotContext, readiness: Readiness) -> None:
-        self.bot = bot
+    def __init__(self, bot: BotContext, config: ServiceConfig, queue: RunQueue, runs: PrecheckRuns, metrics: Metrics, readiness: Readiness) -> None:
+        self.bot, self.config = bot, config
+        self.queue, self.runs, self.service_metrics = queue, runs, metrics
         self.readiness = readiness
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._tasks: set[asyncio.Task[object]] = set()
@@ -46,7 +49,7 @@ class WebhookApp:
     def app(self) -> web.Application:
         # auto_decompress off: aiohttp would otherwise inflate a gzip/deflate/br/zstd body as it arrives, on
         # the event loop, before the handler can refuse it (a 1 MB bomb is 1 GiB inflated).
-        app = web.Application(client_max_size=self.bot.config.limits.max_body_bytes, handler_args={"auto_decompress": False})
+        app = web.Application(client_max_size=self.config.limits.max_body_bytes, handler_args={"auto_decompress": False})
         app.router.add_post("/webhook", self.webhook)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
@@ -58,14 +61,14 @@ class WebhookApp:
         """Verify, parse, dedupe, answer 202 at once; the handler runs in the background."""
         event_name = request.headers.get("X-GitHub-Event", "")
         delivery = request.headers.get("X-GitHub-Delivery", "")
-        deliveries = self.bot.metrics.deliveries
+        deliveries = self.service_metrics.deliveries
         encoding = request.headers.get("Content-Encoding", "").strip().lower()
         if encoding not in IDENTITY:
             deliveries.labels(event_name or "unknown", "encoded").inc()
             response = web.json_response({"error": "Content-Encoding is not supported: GitHub sends webhook bodies uncompressed"}, status=415)
             response.force_close()  # do not linger reading the rest of the body
             return response
-        if (request.content_length or 0) > self.bot.config.limits.max_body_bytes:
+        if (request.content_length or 0) > self.config.limits.max_body_bytes:
             deliveries.labels(event_name or "unknown", "too-large").inc()
             response = web.json_response({"error": "payload too large"}, status=413)
             response.force_close()  # do not linger reading the rest of the body
@@ -75,7 +78,7 @@ class WebhookApp:
         except web.HTTPRequestEntityTooLarge:
             deliveries.labels(event_name or "unknown", "too-large").inc()
             return web.json_response({"error": "payload too large"}, status=413)
-        if not verify_signature(self.bot.config.webhook_secret, body, request.headers.get("X-Hub-Signature-256")):
+        if not verify_signature(self.config.webhook_secret, body, request.headers.get("X-Hub-Signature-256")):
             deliveries.labels(event_name or "unknown", "bad-signature").inc()
             return web.json_response({"error": "invalid signature"}, status=401)
         try:
@@ -137,20 +140,20 @@ class WebhookApp:
         return web.json_response({"ready": self.readiness.ready, "checks": self.readiness.checks}, status=status)
 
     async def metrics(self, _: web.Request) -> web.Response:
-        self.bot.metrics.queue_depth.set(self.bot.runner.queue.depth)
+        self.service_metrics.queue_depth.set(self.queue.depth)
         remaining = getattr(self.bot.github, "rate_limit_remaining", None)
         if remaining is not None:
-            self.bot.metrics.rate_limit_remaining.set(remaining)
-        return web.Response(body=self.bot.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+            self.service_metrics.rate_limit_remaining.set(remaining)
+        return web.Response(body=self.service_metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def settle(self, timeout: float = 30.0) -> None:
         """Wait for background handlers and the runs they queued (tests, graceful shutdown)."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
-        await self.bot.runner.queue.drain(timeout=timeout)
+        await self.queue.drain(timeout=timeout)
 
     async def _cleanup(self, _: web.Application) -> None:
         for task in list(self._tasks):
             task.cancel()
-        await self.bot.runner.queue.close()
-        await self.bot.runner.close()
+        await self.queue.close()
+        await self.runs.close()

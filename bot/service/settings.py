@@ -11,242 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from bot.engine.commands import PERMISSION_ORDER
-from bot.engine.errors import ConfigError, InputError
 from bot.adapters.github import GitHubAuth
+from bot.engine.errors import ConfigError, InputError
+from bot.engine.settings import (
+    ClusterPolicy, DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_git_identity, parse_leader_election, parse_repo,
+)
 from bot.engine.yamlio import load_one
 
 DEFAULT_API_URL = "https://api.github.com"
-
-
-@dataclass(frozen=True)
-class DriftPolicy:
-    """Scheduled drift reports of one cluster (handlers/drift.py): when, and how patient.
-
-    `enabled` None means "on when the cluster is read live" (kubeconfig or in_cluster); False turns it off.
-    `schedule` is a 5-field cron expression in UTC; otherwise every `interval_seconds` (default hourly).
-    """
-
-    enabled: bool | None = None
-    schedule: str | None = None
-    interval_seconds: int | None = None
-    jitter: int = 300
-    stuck_after_seconds: int = 1800  # DependencyNotReady (or Progressing) this long is reported as stuck
-
-    def as_schedule(self):  # -> bot.scheduler.Schedule
-        from bot.adapters.scheduler import Schedule
-
-        return Schedule(cron=self.schedule, interval_seconds=self.interval_seconds, jitter=self.jitter)
-
-    def options(self):  # -> bot.drift.DriftOptions
-        from datetime import timedelta
-
-        from bot.engine.drift import DriftOptions
-
-        return DriftOptions(stuck_after=timedelta(seconds=self.stuck_after_seconds))
-
-
-def _drift_policy(raw: Any, where: str) -> DriftPolicy:
-    if raw is None:
-        return DriftPolicy()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: `drift` must be a mapping (schedule, interval_seconds, jitter, enabled, stuck_after_seconds)")
-    unknown = set(raw) - {"enabled", "schedule", "interval_seconds", "jitter", "stuck_after_seconds"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) in `drift`: {', '.join(sorted(unknown))}")
-
-    def number(key: str, default: int | None) -> int | None:
-        value = raw.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: `drift.{key}` must be a whole number of seconds")
-        return value
-
-    enabled = raw.get("enabled")
-    if enabled is not None and not isinstance(enabled, bool):
-        raise ConfigError(f"{where}: `drift.enabled` must be true or false")
-    schedule = raw.get("schedule")
-    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
-        raise ConfigError(f"{where}: `drift.schedule` must be a cron expression (5 fields, UTC)")
-    policy = DriftPolicy(
-        enabled=enabled,
-        schedule=schedule.strip() if isinstance(schedule, str) else None,
-        interval_seconds=number("interval_seconds", None),
-        jitter=number("jitter", DriftPolicy.jitter) or 0,
-        stuck_after_seconds=number("stuck_after_seconds", DriftPolicy.stuck_after_seconds) or 0,
-    )
-    from bot.adapters.scheduler import ScheduleError
-
-    try:
-        policy.as_schedule().validate()
-    except ScheduleError as exc:
-        raise ConfigError(f"{where}: drift: {exc}") from None
-    return policy
-
-
-@dataclass(frozen=True)
-class ClusterPolicy:
-    """Per-cluster settings: run automatically on PR events, and who may `/precheck` it."""
-
-    name: str
-    automatic: bool = True
-    permission: str = "write"
-    # How to read the cluster for live preconditions (read-only); none set: no live checks.
-    kubeconfig: str | None = None  # a kubeconfig file (e.g. a mounted Secret)
-    context: str | None = None  # its context (default: current-context)
-    in_cluster: bool = False  # the pod's own service account (deploy/rbac.yaml)
-    drift: DriftPolicy = field(default_factory=DriftPolicy)  # scheduled drift reports (live clusters only)
-
-    @property
-    def live(self) -> bool:
-        """Whether this cluster's live state is read on each run."""
-        return bool(self.kubeconfig or self.in_cluster)
-
-    @property
-    def drift_enabled(self) -> bool:
-        """Whether a scheduled drift report runs for this cluster."""
-        return self.live and self.drift.enabled is not False
-
-
-@dataclass(frozen=True)
-class RepoPolicy:
-    """One repository the bot serves."""
-
-    name: str  # owner/repo
-    clusters: tuple[ClusterPolicy, ...] = ()
-    clone_url: str | None = None  # overrides the payload's repository.clone_url
-    allow_forks: bool = False
-    # No `clusters`: the base branch's clusters (as `check` finds them) with this permission, no live checks.
-    permission: str = "write"
-
-    def cluster(self, name: str) -> ClusterPolicy | None:
-        return next((c for c in self.clusters if c.name == name), None)
-
-    @property
-    def cluster_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.clusters)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on concurrent work."""
-
-    workers: int = 2
-    queue: int = 100
-    run_timeout: float = 900.0
-    kustomize_timeout: float = 120.0
-    max_body_bytes: int = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
-    # A final state GitHub refused (past the adapter's retries) is written again after this many seconds,
-    # doubling up to 120, until GitHub takes it: a finished run never leaves its status pending.
-    final_retry_seconds: float = 5.0
-
-
-@dataclass(frozen=True)
-class GitIdentity:
-    """Who the bot's commits (e.g. the tier order follow-up PRs) are by: author and committer."""
-
-    name: str = "fluxwarden[bot]"
-    email: str = "fluxwarden[bot]@users.noreply.github.com"
-
-
-def _git_identity(raw: Any, env: Mapping[str, str]) -> GitIdentity:
-    raw = raw or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("`git` must be a mapping with `name` and `email`")
-    name = env.get("FLUXWARDEN_GIT_NAME") or raw.get("name") or GitIdentity.name
-    email = env.get("FLUXWARDEN_GIT_EMAIL") or raw.get("email") or GitIdentity.email
-    for key, value in (("name", name), ("email", email)):
-        if not isinstance(value, str) or not value.strip() or any(c in value for c in "<>\n\r\0"):
-            raise ConfigError(f"git.{key} must be a non-empty string without <, > or line breaks")
-    return GitIdentity(name=name.strip(), email=email.strip())
-
-
-@dataclass(frozen=True)
-class LeaderElection:
-    """High availability (docs/high-availability.md): a Lease elects the replica that runs scheduled jobs,
-    and runs for one PR are claimed on GitHub so that replicas do not duplicate them."""
-
-    enabled: bool = False
-    namespace: str | None = None  # None: $POD_NAMESPACE, else (in-cluster) the service account's namespace
-    name: str = "fluxwarden-leader"
-    lease_seconds: int = 15  # leaseDurationSeconds: a dead leader is replaced this long after its last renewal
-    renew_seconds: float = 10.0  # renewDeadline: the leader steps down when it could not renew for this long
-    retry_seconds: float = 2.0  # retryPeriod: renew (leader) / try to acquire (others, jittered) this often
-    sweep_seconds: float = 120.0  # the leader re-runs prechecks a dead replica left pending this often; 0: never
-    kubeconfig: str | None = None  # how to reach the API server holding the Lease; neither: in-cluster
-    context: str | None = None
-    in_cluster: bool = False
-    identity: str | None = None  # this replica's id (not a YAML key: tests); default $POD_NAME or hostname + random suffix
-
-
-_LEADER_KEYS = {"enabled", "namespace", "name", "lease_seconds", "renew_seconds", "retry_seconds", "sweep_seconds", "kubeconfig", "context", "in_cluster"}
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
-
-
-def _leader_election(raw: Any, env: Mapping[str, str]) -> LeaderElection:
-    """`leader_election:` from the YAML, each key overridable by FLUXWARDEN_LEADER_ELECTION[_<KEY>]."""
-    raw = raw if raw is not None else {}
-    if not isinstance(raw, dict):
-        raise ConfigError("`leader_election` must be a mapping")
-    unknown = set(raw) - _LEADER_KEYS
-    if unknown:
-        raise ConfigError(f"unknown key(s) in leader_election: {', '.join(sorted(unknown))}")
-
-    def value(key: str, env_name: str) -> Any:
-        return env[env_name] if env.get(env_name) else raw.get(key)  # an empty variable does not override
-
-    def flag(key: str, env_name: str) -> bool:
-        v = value(key, env_name)
-        if isinstance(v, str):
-            if v.strip().lower() not in _TRUE | _FALSE:
-                raise ConfigError(f"leader_election.{key} must be true or false, not {v!r}")
-            return v.strip().lower() in _TRUE
-        return bool(v)
-
-    def number(key: str, env_name: str, default: float, kind: type = float) -> Any:
-        v = value(key, env_name)
-        if v is None or v == "":
-            return default
-        try:
-            n = kind(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"leader_election.{key} must be a number, not {v!r}") from None
-        if n < 0:
-            raise ConfigError(f"leader_election.{key} must not be negative")
-        return n
-
-    def text(key: str, env_name: str, default: str | None) -> str | None:
-        v = value(key, env_name)
-        if v is None or v == "":
-            return default
-        if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"leader_election.{key} must be a non-empty string")
-        return v.strip()
-
-    prefix = "FLUXWARDEN_LEADER_ELECTION"
-    config = LeaderElection(
-        enabled=flag("enabled", prefix),
-        namespace=text("namespace", f"{prefix}_NAMESPACE", None),
-        name=text("name", f"{prefix}_NAME", LeaderElection.name) or LeaderElection.name,
-        lease_seconds=number("lease_seconds", f"{prefix}_LEASE_SECONDS", LeaderElection.lease_seconds, int),
-        renew_seconds=number("renew_seconds", f"{prefix}_RENEW_SECONDS", LeaderElection.renew_seconds),
-        retry_seconds=number("retry_seconds", f"{prefix}_RETRY_SECONDS", LeaderElection.retry_seconds),
-        sweep_seconds=number("sweep_seconds", f"{prefix}_SWEEP_SECONDS", LeaderElection.sweep_seconds),
-        kubeconfig=text("kubeconfig", f"{prefix}_KUBECONFIG", None),
-        context=text("context", f"{prefix}_CONTEXT", None),
-        in_cluster=flag("in_cluster", f"{prefix}_IN_CLUSTER"),
-    )
-    # client-go's rules: leaseDuration > renewDeadline > JitterFactor (1.2) × retryPeriod > 0.
-    if not config.lease_seconds > config.renew_seconds:
-        raise ConfigError("leader_election.lease_seconds must be greater than renew_seconds")
-    if not config.renew_seconds > 1.2 * config.retry_seconds > 0:
-        raise ConfigError("leader_election.renew_seconds must be greater than 1.2 × retry_seconds, and retry_seconds > 0")
-    if config.context and not config.kubeconfig:
-        raise ConfigError("leader_election: `context` needs `kubeconfig`")
-    if config.in_cluster and config.kubeconfig:
-        raise ConfigError("leader_election: set either `kubeconfig` or `in_cluster`, not both")
-    return config
 
 
 @dataclass(frozen=True)
@@ -329,7 +101,10 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         final_retry_seconds=float(limits_doc.get("final_retry_seconds", Limits.final_retry_seconds)),
     )
     listen = doc.get("listen") or {}
-    repos = tuple(_repo(r) for r in doc.get("repos") or [])
+    repos = tuple(parse_repo(r) for r in doc.get("repos") or [])
+    for repo in repos:
+        for cluster in repo.clusters:
+            _check_schedule(cluster.drift, f"repo {repo.name} cluster {cluster.name}")
     extra = env.get("FLUXWARDEN_REPOS")  # "owner/a,owner/b": allowlist with default cluster policies
     if extra:
         repos += tuple(RepoPolicy(name.strip()) for name in extra.split(",") if name.strip() and not any(r.name == name.strip() for r in repos))
@@ -343,40 +118,21 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         cache_dir=Path(env.get("FLUXWARDEN_CACHE_DIR") or doc.get("cache_dir") or "/var/cache/fluxwarden"),
         public_url=env.get("FLUXWARDEN_PUBLIC_URL") or doc.get("public_url"),
         github_login=env.get("FLUXWARDEN_GITHUB_LOGIN") or gh.get("login"),
-        git_identity=_git_identity(doc.get("git"), env),
-        leader_election=_leader_election(doc.get("leader_election"), env),
+        git_identity=parse_git_identity(doc.get("git"), env),
+        leader_election=parse_leader_election(doc.get("leader_election"), env),
     )
 
 
-def _repo(raw: Any) -> RepoPolicy:
-    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or "/" not in raw["name"]:
-        raise ConfigError("each entry of `repos` needs `name: owner/repo`")
-    default_permission = raw.get("permission", "write")
-    if default_permission not in PERMISSION_ORDER:
-        raise ConfigError(f"repo {raw['name']}: permission must be one of {', '.join(PERMISSION_ORDER)}")
-    clusters = []
-    for name, spec in (raw.get("clusters") or {}).items():
-        spec = spec or {}
-        permission = spec.get("permission", default_permission)
-        if permission not in PERMISSION_ORDER:
-            raise ConfigError(f"repo {raw['name']} cluster {name}: permission must be one of {', '.join(PERMISSION_ORDER)}")
-        kubeconfig, context = spec.get("kubeconfig"), spec.get("context")
-        for key, value in (("kubeconfig", kubeconfig), ("context", context)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(f"repo {raw['name']} cluster {name}: `{key}` must be a non-empty string")
-        if context and not kubeconfig:
-            raise ConfigError(f"repo {raw['name']} cluster {name}: `context` needs `kubeconfig`")
-        in_cluster = bool(spec.get("in_cluster", False))
-        if in_cluster and kubeconfig:
-            raise ConfigError(f"repo {raw['name']} cluster {name}: set either `kubeconfig` or `in_cluster`, not both")
-        drift = _drift_policy(spec.get("drift"), f"repo {raw['name']} cluster {name}")
-        if drift.enabled and not (kubeconfig or in_cluster):
-            raise ConfigError(f"repo {raw['name']} cluster {name}: `drift.enabled` needs live access (`kubeconfig` or `in_cluster`)")
-        clusters.append(ClusterPolicy(str(name), bool(spec.get("automatic", True)), permission, kubeconfig, context, in_cluster, drift))
-    return RepoPolicy(
-        name=raw["name"],
-        clusters=tuple(clusters),
-        clone_url=raw.get("clone_url"),
-        allow_forks=bool(raw.get("allow_forks", False)),
-        permission=default_permission,
-    )
+def _check_schedule(policy: DriftPolicy, where: str) -> None:
+    """A drift schedule the scheduler can run (cron syntax, a positive interval), or a ConfigError."""
+    from bot.adapters.scheduler import Schedule, ScheduleError  # APScheduler: only when a config is loaded
+
+    try:
+        Schedule(cron=policy.schedule, interval_seconds=policy.interval_seconds, jitter=policy.jitter).validate()
+    except ScheduleError as exc:
+        raise ConfigError(f"{where}: drift: {exc}") from None
+
+
+__all__ = [
+    "ClusterPolicy", "DriftPolicy", "GitIdentity", "LeaderElection", "Limits", "RepoPolicy", "ServiceConfig", "load_service_config",
+]

@@ -9,30 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
-import hmac
 import json
 import os
-import re
 import shutil
 import stat
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import git
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import Service, build_service
 from bot.service.settings import ClusterPolicy, Limits, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
+from tests.fakes.service import Harness as BaseHarness
+from tests.fakes.service import Origin as BaseOrigin
+from tests.fakes.service import load_payload, metric_value, states  # noqa: F401  (the suite imports them from here)
+from tests.fakes.service import sign as fake_sign
 from tests.fluxrepo import dump, ks, obj, write_tree
 from tests.gitrepo import commit_all
 
-PAYLOADS = Path(__file__).resolve().parents[1] / "payloads"
 REPO = "home-ops/cluster"  # the payloads' repository
 SECRET = b"hardening: it's a secret to everybody"
 BOT = "fluxwarden-bot"
@@ -51,11 +50,7 @@ BASE_FILES = {
 
 
 def sign(body: bytes, secret: bytes = SECRET) -> str:
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def load_payload(name: str) -> dict[str, Any]:
-    return json.loads((PAYLOADS / f"{name}.json").read_text())
+    return fake_sign(body, secret)
 
 
 _TEMPLATES: dict[str, dict[str, Any]] = {}
@@ -85,21 +80,11 @@ def comment_payload(number: int, comment_id: int, body: str, user: str = "bob") 
     return data
 
 
-class Origin:
+class Origin(BaseOrigin):
     """A bare origin: `main` is BASE_FILES; each PR is a commit on main published as refs/pull/N/head."""
 
     def __init__(self, tmp: Path) -> None:
-        self.work = tmp / "origin-work"
-        write_tree(self.work, BASE_FILES)
-        self.repo = git.Repo.init(self.work, initial_branch="main")
-        with self.repo.config_writer() as cfg:
-            cfg.set_value("user", "name", "Test")
-            cfg.set_value("user", "email", "test@example.invalid")
-            cfg.set_value("commit", "gpgsign", "false")
-        self.main = commit_all(self.repo, "initial")
-        self.bare = tmp / "origin.git"
-        git.Repo.init(self.bare, bare=True)
-        self.repo.git.push(str(self.bare), "main:refs/heads/main")
+        super().__init__(tmp, lambda work: write_tree(work, BASE_FILES), work="origin-work")
 
     def pull(self, number: int, files: Mapping[str, str | bytes] = {}, symlinks: Mapping[str, str] = {}, *, remove: tuple[str, ...] = ()) -> str:
         """Commit `files`/`symlinks` on top of main, publish it as refs/pull/<number>/head, return its SHA."""
@@ -180,61 +165,11 @@ def service_config(fake: FakeGitHub, origin: Origin, cache: Path, *, sweep_secon
 
 
 @dataclass
-class Harness:
+class Harness(BaseHarness):
     """The running service (in this process, real aiohttp server on 127.0.0.1), the fake GitHub and the origin."""
 
-    client: TestClient
-    fake: FakeGitHub
-    service: Service
-    origin: Origin
-    _n: int = field(default=0)
-
-    async def post(self, body: bytes, headers: Mapping[str, str]) -> Any:
-        return await self.client.post("/webhook", data=body, headers=dict(headers))
-
-    async def deliver(self, event: str, data: Any, *, delivery: str | None = None, secret: bytes = SECRET) -> Any:
-        self._n += 1
-        body = json.dumps(data).encode()
-        return await self.post(body, {
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery or f"hardening-{self._n}",
-            "X-Hub-Signature-256": sign(body, secret),
-            "Content-Type": "application/json",
-        })
-
-    async def settle(self, timeout: float = 60) -> None:
-        await self.service.webhook.settle(timeout=timeout)
-
-    async def healthy(self) -> bool:
-        return (await self.client.get("/healthz")).status == 200 and (await self.client.get("/readyz")).status == 200
-
-    async def metric(self, name: str, **labels: str) -> float:
-        return metric_value(await (await self.client.get("/metrics")).text(), name, **labels)
-
-    def comments(self, number: int, marker: str = MARKER) -> list[Any]:
-        return [c for c in self.fake.issue_comments(REPO, number) if c.body.startswith(f"<!-- {marker} -->")]
-
-    def states(self, sha: str, context: str = STATUS) -> list[str]:
-        return states(self.fake, sha, context)
-
-
-def states(fake: FakeGitHub, sha: str, context: str = STATUS) -> list[str]:
-    """The commit statuses `context` got on `sha`, oldest first."""
-    return [s.state for s in reversed(fake.statuses_for(REPO, sha)) if s.context == context]
-
-
-def metric_value(exposition: str, name: str, **labels: str) -> float:
-    """One sample of a Prometheus text exposition (0 when absent)."""
-    for line in exposition.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
-        if not match or match.group(1) != name:
-            continue
-        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(match.group(3))
-    return 0.0
+    secret: bytes = SECRET
+    prefix: str = "hardening"
 
 
 def fake_traffic(fake: FakeGitHub) -> str:

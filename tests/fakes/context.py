@@ -1,0 +1,297 @@
+"""In-memory fakes of the handlers' context protocols (handlers/context.py), one per protocol, in the style of
+Prow's plugin clients: each records what a handler did and can be told to fail, so handler tests are tables.
+
+`bot_context(...)` builds a BotContext of them; a test overrides only the parts its rows vary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+from bot.adapters.github import PullRequestInfo, StatusInfo
+from bot.engine.errors import InfraError
+from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
+from bot.engine.webhook import CommentEvent, PullRequestEvent, PullRequestRef, PushEvent, Repository
+from bot.pipeline.check import CheckOptions
+from handlers.context import BotContext
+
+REPO = "home-ops/cluster"
+CLONE_URL = f"https://github.com/{REPO}.git"
+HEAD = "c0ffee" + "1" * 34
+BASE = "ba5e00" + "2" * 34
+
+
+# --------------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Settings: the repositories served, limits, the bot's git identity."""
+
+    repos: tuple[RepoPolicy, ...] = (RepoPolicy(REPO, clusters=(ClusterPolicy("dev"), ClusterPolicy("prod", permission="maintain"))),)
+    limits: Limits = field(default_factory=Limits)
+    git_identity: GitIdentity = field(default_factory=GitIdentity)
+
+    def repo(self, full_name: str) -> RepoPolicy | None:
+        return next((r for r in self.repos if r.name.lower() == full_name.lower()), None)
+
+
+# --------------------------------------------------------------------------------------------- GitHub
+
+
+def pull_info(number: int = 7, *, head_sha: str = HEAD, base_ref: str = "main", state: str = "open", fork: bool = False, draft: bool = False) -> PullRequestInfo:
+    """An open pull request as the GitHub adapter returns it."""
+    return PullRequestInfo(
+        number=number, state=state, draft=draft, head_sha=head_sha, head_ref="feature", head_repo="someone/cluster" if fork else REPO,
+        head_clone_url=None if fork else CLONE_URL, base_ref=base_ref, base_sha=BASE, fork=fork, author="alice",
+    )
+
+
+@dataclass
+class MemoryGitHub:
+    """HandlerGitHub in memory: permissions, pull requests and statuses to read; comments, reactions and statuses written.
+
+    `down` names the operations that fail as the adapter fails once its retries are spent (InfraError)."""
+
+    is_app: bool = False
+    permissions: dict[str, str] = field(default_factory=lambda: {"alice": "write", "bob": "write", "carol": "maintain", "mallory": "read"})
+    pulls: dict[int, PullRequestInfo] = field(default_factory=lambda: {7: pull_info()})
+    status_list: dict[str, list[StatusInfo]] = field(default_factory=dict)  # sha -> statuses, newest first
+    comments: dict[tuple[int, str], list[str]] = field(default_factory=dict)  # (number, marker) -> bodies
+    reactions: list[tuple[int, str]] = field(default_factory=list)
+    down: set[str] = field(default_factory=set)
+    calls: Counter = field(default_factory=Counter)
+    clock: Callable[[], float] = time.time  # a status's created_at (claims age by it)
+
+    def _call(self, operation: str) -> None:
+        self.calls[operation] += 1
+        if operation in self.down:
+            raise InfraError(f"GitHub {operation} failed: 502 Bad Gateway")
+
+    def permission(self, repo: str, login: str) -> str:
+        self._call("permission")
+        return self.permissions.get(login, "none")
+
+    def pull_request(self, repo: str, number: int) -> PullRequestInfo:
+        self._call("pull_request")
+        return self.pulls[number]
+
+    def open_pull_requests(self, repo: str) -> list[PullRequestInfo]:
+        self._call("open_pull_requests")
+        return [p for p in self.pulls.values() if p.state == "open"]
+
+    def add_reaction(self, repo: str, comment_id: int, content: str = "eyes") -> None:
+        self._call("reaction")
+        self.reactions.append((comment_id, content))
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]:
+        self._call("comment")
+        self.comments[(number, marker)] = list(bodies)
+        return list(range(1, len(bodies) + 1))
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None:
+        self._call("status")
+        self.status_list.setdefault(sha, []).insert(0, StatusInfo(state, context, description, self.clock(), "fluxwarden-bot"))
+
+    def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]:
+        self._call("statuses")
+        return list(self.status_list.get(sha, []))[:limit]
+
+    def latest_status(self, repo: str, sha: str, context: str) -> str | None:
+        self._call("latest_status")
+        return next((s.state for s in self.status_list.get(sha, []) if s.context == context), None)
+
+    def upsert_check_run(self, repo: str, sha: str, name: str, **kwargs: Any) -> int:
+        self._call("check_run")
+        return 1
+
+    def states(self, sha: str, context: str = "fluxwarden/prod") -> list[str]:
+        """The states `context` got on `sha`, oldest first."""
+        return [s.state for s in reversed(self.status_list.get(sha, [])) if s.context == context]
+
+    def reply(self, number: int, marker: str) -> str | None:
+        """The one body under `marker` on `number` (None: nothing posted)."""
+        bodies = self.comments.get((number, marker))
+        return bodies[0] if bodies else None
+
+
+# --------------------------------------------------------------------------------------------- git
+
+
+@dataclass(frozen=True)
+class Heads:
+    """What `branch_heads` returns: a mirror and where each branch points."""
+
+    mirror: Path
+    heads: dict[str, str | None]
+
+
+@dataclass
+class MemoryGit:
+    """Git in memory: the remote's branches; no mirror on disk, so a fetch of revisions to review fails (`down`)
+    once `gate` (when given) is set."""
+
+    branches: dict[str, str] = field(default_factory=lambda: {"main": BASE})
+    fetched: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    down: bool = False  # every fetch fails (the remote is unreachable)
+    gate: threading.Event | None = None  # fetches of revisions wait for it (at most 10 s)
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Any:
+        self.fetched.append((clone_url, (base_ref, head_ref)))
+        if self.gate is not None:
+            self.gate.wait(10)
+        raise InfraError(f"git fetch from {clone_url} failed: could not resolve host")
+
+    def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Heads:
+        self.fetched.append((clone_url, tuple(branches)))
+        if self.down:
+            raise InfraError(f"git ls-remote from {clone_url} failed: could not resolve host")
+        return Heads(Path("/nonexistent/mirror"), {b: self.branches.get(b) for b in branches})
+
+
+# --------------------------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RecordingPrechecks:
+    """Prechecks: records every scheduled plan and give-up; `busy` holds the (key, sha) a run still works on."""
+
+    plans: list[PrecheckPlan] = field(default_factory=list)
+    given_up: list[tuple[PrecheckPlan, str]] = field(default_factory=list)
+    working: set[tuple[PrecheckKey, str]] = field(default_factory=set)
+
+    def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
+        self.plans.append(plan)
+        return {cluster: Submitted.STARTED for cluster in plan.clusters}
+
+    async def give_up(self, plan: PrecheckPlan, cluster: str) -> None:
+        self.given_up.append((plan, cluster))
+
+    def busy(self, key: PrecheckKey, sha: str) -> bool:
+        return (key, sha) in self.working
+
+    @property
+    def scheduled(self) -> list[tuple[int, str, tuple[str, ...]]]:
+        """(PR, head SHA, clusters) of each plan, in order."""
+        return [(p.number, p.head_sha, p.clusters) for p in self.plans]
+
+
+@dataclass
+class RecordingDispatcher:
+    """Dispatcher: records submissions (answering `answer`); `run_all` then runs the recorded jobs."""
+
+    answer: Submitted = Submitted.STARTED
+    submitted: list[tuple[JobKey, str, Callable[[], Awaitable[object]]]] = field(default_factory=list)
+
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        if self.answer != Submitted.QUEUE_FULL:
+            self.submitted.append((key, version, job))
+        return self.answer
+
+    async def run(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        answer = self.submit(key, version, job)
+        if answer != Submitted.QUEUE_FULL:
+            await job()
+        return answer
+
+    async def run_all(self) -> None:
+        for _, _, job in self.submitted:
+            await job()
+
+    @property
+    def keys(self) -> list[tuple[JobKey, str]]:
+        return [(key, version) for key, version, _ in self.submitted]
+
+
+@dataclass
+class MemoryCounters:
+    """Counters: `github_errors.labels(op).inc()` and `runs.labels(cluster, verdict).inc()`, counted by labels."""
+
+    github_errors: "_Counter" = field(default_factory=lambda: _Counter())
+    runs: "_Counter" = field(default_factory=lambda: _Counter())
+
+
+@dataclass
+class _Counter:
+    counts: Counter = field(default_factory=Counter)
+
+    def labels(self, *labels: str) -> "_Child":
+        return _Child(self.counts, labels if len(labels) > 1 else labels[0])
+
+
+@dataclass
+class _Child:
+    counts: Counter
+    key: Any
+
+    def inc(self, amount: float = 1) -> None:
+        self.counts[self.key] += amount
+
+
+@dataclass
+class MemoryClaims:
+    """Claims of several replicas: `abandoned_set` holds the (sha, context) nobody runs any more; `claimed_since`
+    the contexts another replica claimed after they were found abandoned."""
+
+    abandoned_set: set[tuple[str, str]] = field(default_factory=set)
+    claimed_since: set[str] = field(default_factory=set)
+
+    async def abandoned_contexts(self, repo: str, sha: str, contexts: Sequence[str]) -> list[str]:
+        return [c for c in contexts if (sha, c) in self.abandoned_set]
+
+    def abandoned(self, statuses: Sequence[Any], context: str) -> bool:
+        return context not in self.claimed_since
+
+
+# --------------------------------------------------------------------------------------------- the context
+
+
+def bot_context(**parts: Any) -> BotContext:
+    """A BotContext of in-memory fakes; keyword arguments replace parts (config, github, git, prechecks, jobs, ...)."""
+    defaults: dict[str, Any] = {
+        "config": MemorySettings(),
+        "github": MemoryGitHub(),
+        "git": MemoryGit(),
+        "prechecks": RecordingPrechecks(),
+        "jobs": RecordingDispatcher(),
+        "metrics": MemoryCounters(),
+        "options": CheckOptions(),
+        "cache_dir": Path("/nonexistent/cache"),
+        "claims": None,
+    }
+    defaults.update(parts)
+    return BotContext(**defaults)
+
+
+# --------------------------------------------------------------------------------------------- events
+
+
+REPOSITORY = Repository(full_name=REPO, clone_url=CLONE_URL, default_branch="main", private=False)
+
+
+def comment_event(body: str, *, author: str = "bob", number: int = 7, comment_id: int = 1001, pull_request: bool = True, author_type: str = "User") -> CommentEvent:
+    """An `issue_comment.created` on PR (or issue) `number`."""
+    return CommentEvent(
+        delivery="d-1", action="created", repo=REPOSITORY, number=number, is_pull_request=pull_request, comment_id=comment_id,
+        body=body, author=author, author_type=author_type, installation_id=None,
+    )
+
+
+def pull_request_event(action: str = "opened", **pull: Any) -> PullRequestEvent:
+    """A `pull_request` event on PR 7 (fields of the PR overridable)."""
+    ref = PullRequestRef(
+        number=7, head_sha=HEAD, head_ref="feature", head_repo=REPO, head_clone_url=CLONE_URL, base_ref="main", base_sha=BASE,
+        fork=False, draft=False, state="open", author="alice",
+    )
+    return PullRequestEvent(delivery="d-1", action=action, repo=REPOSITORY, pull=replace(ref, **pull), sender="alice", installation_id=None)
+
+
+def push_event(*, ref: str = "refs/heads/main", after: str = HEAD, before: str = BASE) -> PushEvent:
+    """A push to `ref`."""
+    return PushEvent(delivery="d-1", repo=REPOSITORY, ref=ref, before=before, after=after, installation_id=None, commits=(after,))
