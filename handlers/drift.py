@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "fluxwarden:drift"
 TITLE = "Drift report: {cluster}"
-MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.markdown.comment (DriftReport.marker)
+MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.engine.markdown.comment (DriftReport.marker)
 STATE_TAG = "fluxwarden:drift-state"
 MAX_REMEMBERED = 300  # items whose first-seen time the issue keeps (the body has room for about that many)
 SCHEDULED = "scheduled"  # every firing is the same version: one still running is joined, never cancelled

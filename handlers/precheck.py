@@ -129,7 +129,7 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
     stopped = resource_failure(review)
     # A build stopped by a limit (timed out, killed, output cap) says nothing about the PR, new or not
     # (killed on both sides even pairs up as "pre-existing"): it is `error`, never `failure` nor `success`;
-    # so is what it left unrendered (bot.review.ALWAYS_NEW).
+    # so is what it left unrendered (bot.engine.review.ALWAYS_NEW).
     new_errors = sum(
         1 for f in review.findings
         if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)
@@ -148,7 +148,7 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
 
 
 def _stopped(finding: Finding) -> bool:
-    """A `render-failed` whose build was stopped by a limit (bot.kustomize raised BuildStopped), not failed by its input."""
+    """A `render-failed` whose build was stopped by a limit (bot.adapters.kustomize raised BuildStopped), not failed by its input."""
     return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
 
 

@@ -40,7 +40,7 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("bot/engine/model.py", "import subprocess", "bot.engine.model (l.{n}) imports subprocess"),
         ("bot/engine/graph.py", "from urllib.request import urlopen", "bot.engine.graph (l.{n}) imports urllib.request"),
         ("bot/engine/diff.py", "from bot.pipeline import check", "bot.engine is not allowed to import bot.pipeline"),
-        ("bot/adapters/kube.py", "import handlers.help", "bot.adapters is not allowed to import handlers"),
+        ("bot/adapters/kube.py", "import handlers.registry", "bot.adapters is not allowed to import handlers"),
     ],
 )
 def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:

@@ -21,11 +21,15 @@ from typing import Any
 
 # The code whose change can change a cached result: the engine (models, Flux rules, checks, its data),
 # the pipeline that runs it (what a render memoises and under which keys), and the adapters whose output
-# is cached or shapes a key: kustomize (how a build runs), workspace (what a snapshot holds and how a
-# file is hashed), git (a commit's listing, cached by tree id) and this module (keys and format).
-# Service code, handlers and the other adapters (GitHub, Kubernetes, scheduler) never reach an entry:
-# an edit there keeps the cache warm instead of making every deployment rebuild every tier.
-FINGERPRINTED = ("engine", "pipeline", "adapters/cache.py", "adapters/git.py", "adapters/kustomize.py", "adapters/workspace.py")
+# is cached or shapes a key: kustomize (how a build runs), workspace and sourceignore (what a snapshot
+# holds and how a file is hashed), git (a commit's listing, cached by tree id) and this module (keys and
+# format). Service code, handlers and the other adapters (GitHub, Kubernetes, scheduler) never reach an
+# entry: an edit there keeps the cache warm instead of making every deployment rebuild every tier.
+# tests/adapters/test_cache.py fails when the pipeline comes to import an adapter this list leaves out.
+FINGERPRINTED = (
+    "engine", "pipeline", "adapters/cache.py", "adapters/git.py", "adapters/kustomize.py", "adapters/sourceignore.py",
+    "adapters/workspace.py",
+)
 
 
 def fingerprint(package: Path) -> str:

@@ -1,6 +1,6 @@
 """A cluster's live state (frozen models, no I/O) and the merge preconditions judged against it.
 
-`bot.kube` reads the cluster and builds a `LiveState`; everything here is pure, so the rules are
+`bot.adapters.kube` reads the cluster and builds a `LiveState`; everything here is pure, so the rules are
 tested with plain data. What is checked (flux-semantics §1, §3, §5, implications 11–13):
 
 * every tier a change touches (changed tiers, tiers losing or gaining moved objects, tiers the

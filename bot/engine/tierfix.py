@@ -4,7 +4,7 @@ The pure core (`union_graph`, `plan_tier_fix`, `graph_changes`, `first_stale`) t
 cluster of a repository (tier name -> the names it depends on) and the tier order file's text, and says:
 
 * nothing to do, when the list is already a valid order for every cluster;
-* or the new order (`stable_order` of `bot.tierorder` over the union of every cluster's constraints, so a
+* or the new order (`stable_order` of `bot.engine.tierorder` over the union of every cluster's constraints, so a
   tier present in only some clusters still gets its place after its dependencies), the minimal edit of the
   file (`rewrite_tier_order`), what changed and which `dependsOn` edges require it, a commit message, a PR
   title and body;

@@ -23,7 +23,7 @@ LISTED = 10  # tier names listed in an "unknown tier" error before "and N more"
 class _Dumper(GoQuoting, getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Safe YAML with multi-line strings as `|` blocks, as a person (and kustomize) writes them.
 
-    Strings kubectl or Flux would read as another type (`y`, `1e3`) are quoted (bot.yamlio.GoQuoting).
+    Strings kubectl or Flux would read as another type (`y`, `1e3`) are quoted (bot.engine.yamlio.GoQuoting).
     """
 
 

@@ -47,7 +47,7 @@ def review_repository(
     the bot's rule, as Atlantis's server-side repo config: a PR must not decide which directory is
     "prod" (a change to `.fluxwarden.yaml` takes effect after merge, and the review says so).
 
-    With `live` (read beforehand by bot.kube), the change's live merge preconditions are checked too;
+    With `live` (read beforehand by bot.adapters.kube), the change's live merge preconditions are checked too;
     `fetch_objects` reads the moved objects, which are known only once both sides are rendered.
     """
     if not repo.is_dir():

@@ -218,7 +218,7 @@ def _check_output(path: Path | None) -> None:
 def _check_kubeconfig(kubeconfig: Path | None) -> None:
     """Reading a cluster needs a kubeconfig: without one, say so in one line before the run.
 
-    kubernetes-asyncio's loader (and bot.kube's operator log) would print their own lines and then a
+    kubernetes-asyncio's loader (and bot.adapters.kube's operator log) would print their own lines and then a
     misleading "expected key current-context" about a file that does not exist.
     """
     for name in ("kubernetes_asyncio", "bot.adapters.kube"):  # the error line says it; no log lines besides it

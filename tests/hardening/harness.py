@@ -1,6 +1,6 @@
 """The hardening suite's harness: a small Flux repo in a real bare git origin, the real service, the fake GitHub.
 
-Same approach as tests/test_service.py (signed deliveries to the real aiohttp app over loopback HTTP, real
+Same approach as tests/service/test_app.py (signed deliveries to the real aiohttp app over loopback HTTP, real
 PyGithub calls to tests/fakes/github.py, real git and kustomize), with a smaller origin so that many PRs
 can run in a few seconds, and helpers to wait for a PR to settle when the service runs in another process.
 """

@@ -43,8 +43,8 @@ from tests.hardening.harness import (
     record_figure,
     states,
 )
-from tests.test_service import Origin as ExampleOrigin
-from tests.test_service import payload
+from tests.service.test_app import Origin as ExampleOrigin
+from tests.service.test_app import payload
 
 DELIVERIES = 500
 RATE = 50.0  # per second: 500 in 10 s

@@ -158,7 +158,7 @@ async def test_hostile_names_cannot_rewrite_the_comment(start, origin: Origin, f
     shows one escapes it for its context.
     """
     from tests.fluxrepo import ks
-    from tests.test_markdown import assert_contained
+    from tests.engine.test_markdown import assert_contained
 
     evil_file = "apps/evil\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake @octocat `x` |.yaml"
     head = origin.pull(1, {

@@ -199,7 +199,7 @@ async def test_token_never_in_messages(fake: FakeKube, tmp_path: Path) -> None:
 def test_rbac_is_read_only_and_covers_what_is_read() -> None:
     import yaml
 
-    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[1] / "deploy/rbac.yaml").read_text()))
+    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy/rbac.yaml").read_text()))
     by_kind = {d["kind"]: d for d in docs}
     assert by_kind["ServiceAccount"]["metadata"] == {**by_kind["ServiceAccount"]["metadata"], "name": "fluxwarden", "namespace": "fluxwarden"}
     binding = by_kind["ClusterRoleBinding"]

@@ -18,7 +18,7 @@ from bot.adapters.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kus
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "--network")
 # kustomize-controller builds without a load restrictor (fluxcd/pkg kustomize Build); the repository root is
-# the boundary instead, checked before kustomize runs (tests/test_render.py untrusted-input cases).
+# the boundary instead, checked before kustomize runs (tests/pipeline/test_render.py untrusted-input cases).
 NO_RESTRICTOR = ["--load-restrictor", "LoadRestrictionsNone"]
 OUTPUT = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fake\n"
 
@@ -252,7 +252,7 @@ def test_a_build_dies_with_its_parent_even_when_the_parent_is_sigkilled(tmp_path
             "import sys; from pathlib import Path; from bot.adapters.kustomize import KustomizeBinary, run_build; "
             f"run_build(KustomizeBinary({str(script)!r}, False), Path({str(tmp_path)!r}), sandbox_home=Path({str(tmp_path / 'home')!r}), timeout=60)"
         )],
-        cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     try:
         deadline = time.monotonic() + 20

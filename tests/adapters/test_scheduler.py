@@ -18,8 +18,8 @@ from bot.adapters.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, S
 from bot.service.app import build_service
 from bot.service.settings import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig, load_service_config
 from handlers.drift import LABEL, build_drift_scheduler
-from tests.test_drift import INCIDENT, ready
-from tests.test_drift_issue import REPO, World, example, world  # noqa: F401  (fixtures)
+from tests.engine.test_drift import INCIDENT, ready
+from tests.handlers.test_drift import REPO, World, example, world  # noqa: F401  (fixtures)
 
 FUTURE = datetime(2030, 1, 1, tzinfo=timezone.utc)  # after the real clock: an interval's first run is exactly here
 

@@ -2,7 +2,7 @@
 
 Golden files live in tests/golden/diff/. To regenerate them after an intended output change:
 
-    FLUXWARDEN_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_diff.py -q
+    FLUXWARDEN_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/engine/test_diff.py -q
 
 then review the resulting `git diff tests/golden/diff/` before committing.
 """
@@ -34,7 +34,7 @@ from bot.engine.diff import (
 from bot.engine.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, RenderedTier
 
-GOLDEN = Path(__file__).parent / "golden" / "diff"
+GOLDEN = Path(__file__).parents[1] / "golden" / "diff"
 UPDATE_GOLDEN = os.environ.get("FLUXWARDEN_UPDATE_GOLDEN") == "1"
 
 REPO = SourceRef("GitRepository", "flux-system", "flux-system")

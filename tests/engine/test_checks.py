@@ -26,7 +26,7 @@ from bot.engine.report import CheckReport
 from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "home-ops"
 
 # --------------------------------------------------------------------------------------------

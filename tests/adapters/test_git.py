@@ -411,7 +411,7 @@ def test_export_by_archive_keeps_symlinks_and_modes(tmp_path: Path) -> None:
 
 # --- commit_snapshot: a commit read lazily, equal to the exported copy ------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "home-ops"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "home-ops"
 
 
 def _disk_tree(root: Path) -> dict[str, str]:
@@ -480,7 +480,7 @@ def test_a_lazy_commit_checks_like_its_copy(example_commit: tuple[Path, str], tm
     from bot.pipeline.session import Session
     from bot.adapters.kustomize import locate_kustomize
     from bot.adapters.workspace import build_snapshot
-    from tests.test_render import logging_binary
+    from tests.pipeline.test_render import logging_binary
 
     root, sha = example_commit
     binary = locate_kustomize()

@@ -19,7 +19,7 @@ from bot.engine.model import Finding, TierId
 from bot.engine.rendered import ClusterRender
 from bot.engine.yamlio import load_stream
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, write_tree
-from tests.test_render import APP, OWNER, app_repo, by_ref, render
+from tests.pipeline.test_render import APP, OWNER, app_repo, by_ref, render
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
 

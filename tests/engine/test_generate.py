@@ -22,7 +22,7 @@ from bot.engine.rendered import ClusterRender
 from bot.pipeline.session import Session
 from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
 from tests.gitrepo import init_repo
-from tests.test_render import app_repo, by_ref, cm, errors, logging_binary, render
+from tests.pipeline.test_render import app_repo, by_ref, cm, errors, logging_binary, render
 
 FLUX = "flux-system"
 APP = TierId(FLUX, "app")

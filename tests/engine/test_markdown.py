@@ -25,7 +25,7 @@ from bot.engine.tierfix import StaleCommit, TierOrderConflict, graph_changes, pl
 from handlers.comment import reply_body
 from handlers.drift import clean_comment, outage_comment, outage_ended_comment, reopen_comment
 from handlers.precheck import PrecheckPlan, error_state, result_state, running_state
-from tests.test_review_report import SOURCE, change, cluster_diff, review, tier_diff
+from tests.engine.test_review_report import SOURCE, change, cluster_diff, review, tier_diff
 
 HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@octocat ``a|b`` | `c` \\| d\u202e"
 FAKE_MARKER = "<!-- fluxwarden:precheck:prod -->"

@@ -22,8 +22,8 @@ from handlers.drift import LABEL, DriftRunner, DriftTarget, IssueMemory, Outage,
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube
 from tests.gitrepo import EXAMPLE, init_repo
-from tests.test_drift import INCIDENT, NS, converge, example, find, ready  # noqa: F401  (example: the fixture)
-from tests.test_kube import closed_port
+from tests.engine.test_drift import INCIDENT, NS, converge, example, find, ready  # noqa: F401  (example: the fixture)
+from tests.adapters.test_kube import closed_port
 
 REPO = "home-ops/cluster"
 BOT_TOKEN = "ghs_" + "d" * 36

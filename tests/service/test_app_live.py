@@ -1,6 +1,6 @@
 """The webhook service with a live cluster: prod's kubeconfig points at the fake Kubernetes API.
 
-Same harness as tests/test_service.py (signed deliveries, real PyGithub against the fake GitHub, a real
+Same harness as tests/service/test_app.py (signed deliveries, real PyGithub against the fake GitHub, a real
 git origin holding the seed's PR); the run reads prod live before reviewing, and the moved
 StorageProfiles from its worker thread.
 """
@@ -18,9 +18,9 @@ from bot.service.app import build_service
 from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import kustomization
-from tests.test_kube import closed_port
-from tests.test_live import NOT_READY, seed_cluster
-from tests.test_service import BOT_TOKEN, REPO, SECRET, Harness, Origin, payload
+from tests.adapters.test_kube import closed_port
+from tests.engine.test_live import NOT_READY, seed_cluster
+from tests.service.test_app import BOT_TOKEN, REPO, SECRET, Harness, Origin, payload
 
 INVENTORY = ("_longhorn-vm_cdi.kubevirt.io_StorageProfile", "_longhorn-static_cdi.kubevirt.io_StorageProfile")
 

@@ -15,8 +15,8 @@ from bot.engine.review import ClusterReview
 from bot.pipeline.review import review_repository
 from bot.engine.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
 from tests.golden import GOLDEN_DIR, assert_golden
-from tests.test_review import seed_pr  # noqa: F401  (the fixture)
-from tests.test_review_report import (
+from tests.pipeline.test_review import seed_pr  # noqa: F401  (the fixture)
+from tests.engine.test_review_report import (
     _EDGE,
     _NODE,
     assert_edges_avoid_summaries,

@@ -2,7 +2,7 @@
 
 The expected values are what go-yaml v2 gives (go.yaml.in/yaml/v2 resolve.go, decode.go) and what
 sigs.k8s.io/yaml's YAMLToJSON then makes of them; kustomize's own reading of the same texts is
-checked end to end in tests/test_render_yaml.py.
+checked end to end in tests/pipeline/test_render_yaml.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bot.engine.yamlio import (
     split_documents,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 class SlowLoader(FastSafeLoader):

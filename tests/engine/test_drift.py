@@ -33,7 +33,7 @@ from tests.fakes.kube import FakeKube, Resource, crd as live_crd, git_repository
 from tests.fluxrepo import dump, flux_repo, ks, kustomization as kfile, obj, write_tree
 from tests.gitrepo import EXAMPLE, pre_fix
 from tests.golden import assert_golden
-from tests.test_kube import closed_port
+from tests.adapters.test_kube import closed_port
 
 NS = "flux-system"
 R1 = "main@sha1:" + "1" * 40

@@ -13,7 +13,7 @@ from bot.pipeline.demo import PATCH, seed_pr_base
 from tests.gitrepo import EXAMPLE, pre_fix
 from tests.golden import assert_golden
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_demo_shows_the_incident_and_the_fix(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
 from tests.golden import assert_golden
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "home-ops"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "home-ops"
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_console_script_runs_without_activated_venv(example: Path, tmp_path: Pat
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "bot.service.cli", "check", "--repo", str(example), "--cluster", "prod"],
-        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=120,
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "tier-order-stale" in proc.stdout
@@ -205,7 +205,7 @@ def test_serve_needs_github_credentials(capsys: pytest.CaptureFixture[str], monk
 def test_example_service_config_loads(tmp_path: Path) -> None:
     from bot.service.settings import load_service_config
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "webhook-secret").write_text("webhook-secret-value-123\n")

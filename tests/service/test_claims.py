@@ -29,7 +29,7 @@ from handlers.precheck import Precheck, PrecheckPlan, error_state, running_state
 from tests.fakes.context import MemoryGit, MemoryGitHub, pull_info
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube
-from tests.test_service import BOT_TOKEN, REPO, SECRET, Origin, payload, sign
+from tests.service.test_app import BOT_TOKEN, REPO, SECRET, Origin, payload, sign
 
 NOW = 1_790_000_000.0
 TTL = 960.0

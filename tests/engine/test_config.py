@@ -13,7 +13,7 @@ from bot.engine.model import GroupKind, SourceRef, TierId
 from bot.adapters.workspace import Snapshot
 from tests.fluxrepo import kustomization, write_tree
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_example_config_is_valid() -> None:

@@ -21,9 +21,9 @@ from bot.engine.model import Finding, Severity, TierId
 from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, result_state, running_state
 from handlers.tier_order import conflict_note, duplicate_pull_comment, in_order_message, not_configured_message, settled_comment
 from tests.golden import assert_golden
-from tests.test_drift_issue import FIELDS, STUCK, T0, apply, report
-from tests.test_review_report import cluster_diff, review
-from tests.test_tierfix import SEED, plan
+from tests.handlers.test_drift import FIELDS, STUCK, T0, apply, report
+from tests.engine.test_review_report import cluster_diff, review
+from tests.engine.test_tierfix import SEED, plan
 
 HEAD = "c0ffee" + "1" * 34
 PLAN = PrecheckPlan("home-ops/cluster", 7, HEAD, "main", "https://github.com/home-ops/cluster.git", ("prod",), "/precheck by @alice")

@@ -33,7 +33,7 @@ from bot.engine.model import Finding, ObjectRef, Severity, SourceRef, TierId, Ti
 from tests.fakes.kube import FakeKube, crd as live_crd, git_repository, kustomization, owned_by
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization as kfile, obj, write_tree
 from tests.gitrepo import EXAMPLE, pre_fix
-from tests.test_review import seed_pr  # noqa: F401  (the fixture)
+from tests.pipeline.test_review import seed_pr  # noqa: F401  (the fixture)
 
 NS = "flux-system"
 R1 = "main@sha1:1111111111111111111111111111111111111111"
@@ -419,7 +419,7 @@ def test_required_tiers_in_repo_config() -> None:
     assert load_repo_config("clusters: {dev: clusters/dev}\n").required_tiers == {}
     with pytest.raises(ConfigError, match="`required_tiers` must be a list of tier names"):
         load_repo_config("clusters:\n  prod: {path: clusters/prod, required_tiers: platform-config}\n")
-    example = load_repo_config((Path(__file__).resolve().parents[1] / "config/repo.example.fluxwarden.yaml").read_text())
+    example = load_repo_config((Path(__file__).resolve().parents[2] / "config/repo.example.fluxwarden.yaml").read_text())
     assert example.required_tiers == {"prod": ("platform-config",)}
 
 
@@ -451,7 +451,7 @@ def test_service_config_cluster_access(tmp_path: Path) -> None:
     for name in ("webhook-secret", "github-token", "app-private-key.pem"):
         (secrets / name).write_text("x\n")
     example = tmp_path / "example.yaml"
-    example.write_text((Path(__file__).resolve().parents[1] / "config/fluxwarden.example.yaml").read_text().replace("/var/run/secrets/fluxwarden", str(secrets)))
+    example.write_text((Path(__file__).resolve().parents[2] / "config/fluxwarden.example.yaml").read_text().replace("/var/run/secrets/fluxwarden", str(secrets)))
     clusters = load_service_config(example, {}).repo("home-ops/cluster")
     assert clusters.cluster("prod").live and clusters.cluster("prod").kubeconfig
     assert not clusters.cluster("dev").live

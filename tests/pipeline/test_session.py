@@ -9,7 +9,7 @@ from bot.pipeline.drift import render_cluster
 from bot.pipeline.session import CheckOptions, open_run
 from bot.pipeline.tier_state import read_tree_state
 from tests.gitrepo import EXAMPLE
-from tests.test_render import logging_binary
+from tests.pipeline.test_render import logging_binary
 
 
 def _builds(log: Path) -> list[str]:

@@ -7,9 +7,10 @@ import shutil
 import time
 from pathlib import Path
 
+import grimp
 import pytest
 
-from bot.adapters.cache import BuildCache, cache_budget, code_fingerprint, fingerprint
+from bot.adapters.cache import FINGERPRINTED, BuildCache, cache_budget, code_fingerprint, fingerprint
 
 HOUR = 3600
 
@@ -109,18 +110,18 @@ def test_one_run_writes_at_most_its_bound(tmp_path: Path) -> None:
 
 def _package_copy(tmp_path: Path) -> Path:
     """A copy of the `bot` package to edit (the installed one stays as it is)."""
-    package = Path(__file__).resolve().parents[1] / "bot"
+    package = Path(__file__).resolve().parents[2] / "bot"
     copy = tmp_path / "bot"
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
 
 def test_the_fingerprint_is_the_installed_code() -> None:
-    assert code_fingerprint() == fingerprint(Path(__file__).resolve().parents[1] / "bot")
+    assert code_fingerprint() == fingerprint(Path(__file__).resolve().parents[2] / "bot")
 
 
 @pytest.mark.parametrize(
-    "module", ["engine/checks/crds.py", "engine/data/knowledge.yaml", "pipeline/renderer.py", "adapters/kustomize.py", "adapters/workspace.py"]
+    "module", ["engine/checks/crds.py", "engine/data/knowledge.yaml", "pipeline/renderer.py", "adapters/kustomize.py", "adapters/workspace.py", "adapters/sourceignore.py"]
 )
 def test_a_change_that_can_change_a_result_changes_the_fingerprint(tmp_path: Path, module: str) -> None:
     package = _package_copy(tmp_path)
@@ -128,6 +129,16 @@ def test_a_change_that_can_change_a_result_changes_the_fingerprint(tmp_path: Pat
     with (package / module).open("a", encoding="utf-8") as handle:
         handle.write("\n# edited\n")
     assert fingerprint(package) != before
+
+
+def test_every_adapter_the_pipeline_runs_on_is_fingerprinted() -> None:
+    """An adapter the pipeline imports shapes what it caches, unless it only reads a live cluster (never cached)."""
+    graph = grimp.build_graph("bot", cache_dir=None)
+    used = {m for m in graph.find_upstream_modules("bot.pipeline", as_package=True) if m.startswith("bot.adapters.")}
+    live_only = {"bot.adapters.kube"}  # drift's and --live's cluster reads: compared fresh every run
+    named = {"bot." + name.removesuffix(".py").replace("/", ".") for name in FINGERPRINTED}
+    assert used - live_only <= named, f"add to FINGERPRINTED: {sorted(used - live_only - named)}"
+    assert used >= live_only
 
 
 @pytest.mark.parametrize("module", ["service/app.py", "service/settings.py", "adapters/github.py", "adapters/kube.py"])

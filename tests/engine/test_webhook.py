@@ -29,7 +29,7 @@ from bot.engine.webhook import (
     verify_signature,
 )
 
-PAYLOADS = Path(__file__).parent / "payloads"
+PAYLOADS = Path(__file__).parents[1] / "payloads"
 
 # The test vector of https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries
 DOC_SECRET = b"It's a Secret to Everybody"

@@ -12,7 +12,7 @@ from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
 from tests.golden import assert_golden
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "home-ops"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "home-ops"
 SOPS_VALUE = "ENC[AES256_GCM,data:c2VjcmV0,iv:aXY=,tag:dGFn,type:str]"
 
 

@@ -33,7 +33,7 @@ from tests.golden import assert_golden
 from tests.fakes.service import BOT_TOKEN, PAYLOADS, REPO, SECRET
 from tests.fakes.service import Harness as BaseHarness
 from tests.fakes.service import Origin as BaseOrigin
-from tests.test_tier_order_cli import KUSTOMIZATION, disagree
+from tests.service.test_cli_tier_order import KUSTOMIZATION, disagree
 
 SCRIPT = "bootstrap/standup.sh"
 IDENTITY = GitIdentity("Fluxwarden Test Bot", "bot@fluxwarden.test")
