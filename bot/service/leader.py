@@ -48,7 +48,7 @@ from bot.adapters.lease import KubeLeaseStore, LeaseConflict, LeaseRecord
 from bot.engine.errors import ConfigError, InfraError
 
 if TYPE_CHECKING:
-    from bot.service.settings import LeaderElection
+    from bot.engine.settings import LeaderElection
 
 log = logging.getLogger(__name__)
 

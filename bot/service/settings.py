@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from bot.adapters.github import GitHubAuth
 from bot.engine.errors import ConfigError, InputError
 from bot.engine.settings import (
-    ClusterPolicy, DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_git_identity, parse_leader_election, parse_repo,
+    DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_git_identity, parse_leader_election, parse_repo,
 )
 from bot.engine.yamlio import load_one
 
@@ -132,7 +132,3 @@ def _check_schedule(policy: DriftPolicy, where: str) -> None:
     except ScheduleError as exc:
         raise ConfigError(f"{where}: drift: {exc}") from None
 
-
-__all__ = [
-    "ClusterPolicy", "DriftPolicy", "GitIdentity", "LeaderElection", "Limits", "RepoPolicy", "ServiceConfig", "load_service_config",
-]

@@ -16,7 +16,8 @@ from bot.engine.errors import ConfigError
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.adapters.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, ScheduledJob, ScheduleError, build_trigger
 from bot.service.app import build_service
-from bot.service.settings import ClusterPolicy, DriftPolicy, RepoPolicy, ServiceConfig, load_service_config
+from bot.service.settings import ServiceConfig, load_service_config
+from bot.engine.settings import ClusterPolicy, DriftPolicy, RepoPolicy
 from handlers.drift import LABEL, build_drift_scheduler
 from tests.engine.test_drift import INCIDENT, ready
 from tests.handlers.test_drift import REPO, World, example, world  # noqa: F401  (fixtures)

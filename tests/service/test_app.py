@@ -18,7 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import build_service
-from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
+from bot.service.settings import ServiceConfig
+from bot.engine.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.fakes.service import BOT_TOKEN, PAYLOADS, REPO, SECRET, load_payload, sign
 from tests.fakes.service import Harness as BaseHarness

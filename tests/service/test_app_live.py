@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import build_service
-from bot.service.settings import ClusterPolicy, RepoPolicy, ServiceConfig
+from bot.service.settings import ServiceConfig
+from bot.engine.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import kustomization
 from tests.adapters.test_kube import closed_port

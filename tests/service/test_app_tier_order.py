@@ -24,7 +24,8 @@ from bot.engine.errors import ConfigError
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.adapters.git import Mirrors
 from bot.service.app import build_service
-from bot.service.settings import ClusterPolicy, GitIdentity, RepoPolicy, ServiceConfig, load_service_config
+from bot.service.settings import ServiceConfig, load_service_config
+from bot.engine.settings import ClusterPolicy, GitIdentity, RepoPolicy
 from bot.engine.tierfix import BRANCH
 from bot.engine.tierorder import read_tier_order
 from tests.fakes.github import FakeGitHub

@@ -23,7 +23,8 @@ from bot.adapters.github import GitHubAdapter, GitHubAuth, StatusInfo
 from bot.service.metrics import new_metrics
 from bot.service.runs import PrecheckRuns, RunQueue
 from bot.service.app import Service, build_service
-from bot.service.settings import ClusterPolicy, LeaderElection, RepoPolicy, ServiceConfig
+from bot.service.settings import ServiceConfig
+from bot.engine.settings import ClusterPolicy, LeaderElection, RepoPolicy
 from bot.service.claims import UNTAGGED, Claims, parse_claim, pod_of
 from handlers.precheck import Precheck, PrecheckPlan, error_state, running_state
 from tests.fakes.context import MemoryGit, MemoryGitHub, pull_info

@@ -22,7 +22,8 @@ from bot.engine.errors import ConfigError
 from bot.adapters.kube import ClusterAccess
 from bot.adapters.lease import KubeLeaseStore, LeaseRecord, lease_body, micro_time, record_from_lease
 from bot.service.leader import LeaderElector, lease_namespace, replica_identity
-from bot.service.settings import LeaderElection, load_service_config
+from bot.service.settings import load_service_config
+from bot.engine.settings import LeaderElection
 from tests.fakes.kube import FakeKube
 
 NS, NAME = "fluxwarden", "fluxwarden-leader"
