@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from bot.engine import markdown as md
@@ -763,89 +764,120 @@ def format_review_markdown(
     marker: str = DEFAULT_MARKER,
 ) -> list[str]:
     """The PR comment: parts of at most `limit` characters each, part 1 starting with `<!-- marker -->`."""
-    if len(marker) > MAX_MARKER or marker != md.comment(marker):
-        raise ValueError("marker must be a short HTML-comment-safe string")
+    _check_markdown_args(limit, max_parts, marker)
     if isinstance(reviews, ClusterReview):
         reviews = [reviews]
-    if limit < MIN_LIMIT:
-        raise ValueError(f"limit must be at least {MIN_LIMIT} characters")
-    if max_parts < 1:
-        raise ValueError("max_parts must be at least 1")
     verdicts = verdict_block(reviews)
     budget = limit - _RESERVE - len(verdicts)  # every part repeats the verdict lines
     if budget < 250:  # the intro, a tier heading and a diff line at least
         raise ValueError(f"limit too small for the verdict lines ({len(verdicts)} characters)")
     _, first = _first_screen(reviews, link_base, budget + len(verdicts))
-    parts: list[list[str]] = [[first]]
-    used = [len(first)]
-    omitted = {"changes": 0, "tiers": 0, "clusters": 0}
+    pages = _Pages(budget, max_parts, [[first]], [len(first)])
+    for review in reviews:
+        _page_cluster(pages, review)
+    if pages.full:
+        pages.add(_omission_note(pages.omitted_changes, pages.omitted_tiers, pages.omitted_clusters, max_parts))
+    return _join_parts(pages.parts, verdicts, marker, limit)
 
-    def fits(n: int) -> bool:
-        return used[-1] + n <= budget
 
-    def add(text: str) -> None:
-        parts[-1].append(text)
-        used[-1] += len(text)
+def _check_markdown_args(limit: int, max_parts: int, marker: str) -> None:
+    """Refuse a marker that could break out of its HTML comment, and limits no comment can keep."""
+    if len(marker) > MAX_MARKER or marker != md.comment(marker):
+        raise ValueError("marker must be a short HTML-comment-safe string")
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit must be at least {MIN_LIMIT} characters")
+    if max_parts < 1:
+        raise ValueError("max_parts must be at least 1")
 
-    def new_part() -> bool:
-        if len(parts) >= max_parts:
+
+@dataclass
+class _Pages:
+    """The comment's part bodies as they fill, each within `budget`; once out of parts, what is left is counted."""
+
+    budget: int
+    max_parts: int
+    parts: list[list[str]]
+    used: list[int]
+    full: bool = False
+    omitted_changes: int = 0
+    omitted_tiers: int = 0
+    omitted_clusters: int = 0
+
+    def fits(self, n: int) -> bool:
+        """Whether `n` more characters fit in the current part."""
+        return self.used[-1] + n <= self.budget
+
+    def add(self, text: str) -> None:
+        """Append `text` to the current part."""
+        self.parts[-1].append(text)
+        self.used[-1] += len(text)
+
+    def new_part(self) -> bool:
+        """Start the next part; False (and full from now on) when `max_parts` are in use."""
+        if len(self.parts) >= self.max_parts:
+            self.full = True
             return False
-        parts.append([])
-        used.append(0)
+        self.parts.append([])
+        self.used.append(0)
         return True
 
-    full = False
-    for review in reviews:
-        tiers = _ordered_tiers(review)
-        if full:
-            omitted["clusters"] += 1
-            omitted["changes"] += sum(len(t.changes) for t in tiers)
-            omitted["tiers"] += len(tiers)
-            continue
-        intro = _cluster_intro(review, budget)
-        if not fits(len(intro)) and not new_part():
-            full = True
-            omitted["clusters"] += 1
-            omitted["changes"] += sum(len(t.changes) for t in tiers)
-            omitted["tiers"] += len(tiers)
-            continue
-        add(intro)
-        continued = _continued_heading(review)
-        for tier in tiers:
-            if full:
-                omitted["changes"] += len(tier.changes)
-                omitted["tiers"] += 1
-                continue
-            opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)
-            max_block = budget - len(continued) - len(reopening) - len(TIER_CLOSE)
-            is_open, shown = False, 0
-            for index, change in enumerate(tier.changes):
-                block = _change_block(change, max_block)
-                if fits(len(block) + len(TIER_CLOSE) + (0 if is_open else len(opening))):
-                    if not is_open:
-                        add(opening)
-                        is_open = True
-                    add(block)
-                    shown += 1
-                    continue
-                if is_open:
-                    add(TIER_CLOSE)
-                    is_open = False
-                if not new_part():
-                    full = True
-                    omitted["changes"] += len(tier.changes) - index
-                    omitted["tiers"] += 1
-                    break
-                add(continued)
-                add(reopening if shown else opening)
-                is_open = True
-                add(block)
-                shown += 1
-            if is_open:
-                add(TIER_CLOSE)
-    if full:
-        add(_omission_note(omitted["changes"], omitted["tiers"], omitted["clusters"], max_parts))
+    def omit(self, changes: int, tiers: int, clusters: int = 0) -> None:
+        """Count what the comment does not show, for the omission note."""
+        self.omitted_changes += changes
+        self.omitted_tiers += tiers
+        self.omitted_clusters += clusters
 
+
+def _page_cluster(pages: _Pages, review: ClusterReview) -> None:
+    """Add a cluster's section, tier by tier, or count it as omitted when the parts are full."""
+    tiers = _ordered_tiers(review)
+    if pages.full:
+        pages.omit(sum(len(t.changes) for t in tiers), len(tiers), clusters=1)
+        return
+    intro = _cluster_intro(review, pages.budget)
+    if not pages.fits(len(intro)) and not pages.new_part():
+        pages.omit(sum(len(t.changes) for t in tiers), len(tiers), clusters=1)
+        return
+    pages.add(intro)
+    continued = _continued_heading(review)
+    for tier in tiers:
+        if pages.full:
+            pages.omit(len(tier.changes), 1)
+            continue
+        _page_tier(pages, review, tier, continued)
+
+
+def _page_tier(pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str) -> None:
+    """Add a tier's changes; a tier cut by a new part reopens there under the cluster's continued heading."""
+    opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)
+    max_block = pages.budget - len(continued) - len(reopening) - len(TIER_CLOSE)
+    is_open, shown = False, 0
+    for index, change in enumerate(tier.changes):
+        block = _change_block(change, max_block)
+        if pages.fits(len(block) + len(TIER_CLOSE) + (0 if is_open else len(opening))):
+            if not is_open:
+                pages.add(opening)
+                is_open = True
+            pages.add(block)
+            shown += 1
+            continue
+        if is_open:
+            pages.add(TIER_CLOSE)
+            is_open = False
+        if not pages.new_part():
+            pages.omit(len(tier.changes) - index, 1)
+            break
+        pages.add(continued)
+        pages.add(reopening if shown else opening)
+        is_open = True
+        pages.add(block)
+        shown += 1
+    if is_open:
+        pages.add(TIER_CLOSE)
+
+
+def _join_parts(parts: list[list[str]], verdicts: str, marker: str, limit: int) -> list[str]:
+    """Each part's comment: marker, verdict lines, (part line), body, (footer); none over `limit`."""
     total = len(parts)
     out = [
         _part_prefix(n, total, marker) + verdicts + ("\n" + _part_line(n, total) if total > 1 else "") + "".join(body).rstrip("\n") + "\n"

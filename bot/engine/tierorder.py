@@ -729,11 +729,51 @@ def _rewrite_bare(text: str, parsed: _Parsed, new_names: list[str]) -> str:
 
 def _rewrite_lines(text: str, parsed: _Parsed, new_names: list[str]) -> str:
     """Edit an array or quoted string line by line (see rewrite_tier_order)."""
+    region_start, region_end = _value_region(text, parsed)
+    lines, slots = _split_lines(text, parsed, region_start, region_end)
+    home: dict[int, _Line] = {id(slot): line for line in lines for slot in line.slots}
+    style = _house_style(lines, slots, parsed.delimiter)
+    quoted = parsed.delimiter == "("  # only an array's words carry their own quotes
+    kept = _lcs([slot.name for slot in slots], new_names)  # new index -> old index
+    placed: dict[str, _Slot] = {new_names[j]: slots[i] for j, i in kept.items()}
+    detached = _remove_unkept(lines, slots, home, set(kept.values()), placed, set(new_names))
+    for k, name in enumerate(new_names):
+        if k in kept:
+            continue
+        if k > 0:
+            anchor = placed[new_names[k - 1]]
+            slot, carried = _new_slot(name, anchor, detached, quoted, style)
+            _place_after(lines, home, anchor, slot, carried, style)
+        else:
+            first = next((line.slots[0] for line in lines if line.slots), None)
+            slot, carried = _new_slot(name, first, detached, quoted, style)
+            _place_first(lines, home, first, slot, carried, style, parsed.value_start - region_start)
+        placed[name] = slot
+    return text[:region_start] + "".join(line.render() for line in lines) + text[region_end:]
+
+
+@dataclass(frozen=True)
+class _Style:
+    """How the value writes an entry: line ending, indent of an entry's own line, quote, separator on a shared line."""
+
+    eol: str
+    indent: str
+    quote: str
+    sep: str
+
+
+def _value_region(text: str, parsed: _Parsed) -> tuple[int, int]:
+    """The whole lines the value spans, from the opening delimiter's line to the closing one's."""
     region_start = text.rfind("\n", 0, parsed.value_start - 1) + 1
     newline = text.find("\n", parsed.value_end)
     region_end = len(text) if newline < 0 else newline + 1
+    return region_start, region_end
+
+
+def _split_lines(text: str, parsed: _Parsed, region_start: int, region_end: int) -> tuple[list[_Line], list[_Slot]]:
+    """The region's lines cut into text and words, and one slot per old entry in order."""
     lines: list[_Line] = []
-    slots: list[_Slot] = []  # one per old entry, in order
+    slots: list[_Slot] = []
     line_start = region_start
     words = list(parsed.words)
     while line_start < region_end:
@@ -756,30 +796,38 @@ def _rewrite_lines(text: str, parsed: _Parsed, new_names: list[str]) -> str:
             )
         )
         line_start = line_end
-    original_body = [line for line in lines if not line.head and not line.tail and line.slots]
-    home: dict[int, _Line] = {id(slot): line for line in lines for slot in line.slots}
+    return lines, slots
 
-    eol = lines[0].eol or "\n"
+
+def _house_style(lines: list[_Line], slots: list[_Slot], delimiter: str) -> _Style:
+    """The style new entries copy from the value as written (before any edit)."""
+    original_body = [line for line in lines if not line.head and not line.tail and line.slots]
     indents = Counter(line.indent for line in original_body if len(line.slots) == 1)
     if indents:
         default_indent = indents.most_common(1)[0][0]
     else:
         base = lines[-1].indent if lines[-1].tail and len(lines) > 1 else lines[0].indent
         default_indent = base + "  "
-    if parsed.delimiter == "(":
+    if delimiter == "(":
         quotes = [slot.quote for slot in slots]
         default_quote = Counter(quotes).most_common(1)[0][0] if quotes else ""
     else:
         default_quote = ""  # words inside a string are never quoted
-    inline_seps = [line.separator() for line in lines if line.separator() is not None]
+    inline_seps = [sep for line in lines if (sep := line.separator()) is not None]
     default_sep = inline_seps[0] if inline_seps else " "
+    return _Style(lines[0].eol or "\n", default_indent, default_quote, default_sep)
 
-    old_names = [slot.name for slot in slots]
-    kept = _lcs(old_names, new_names)  # new index -> old index
-    kept_old = set(kept.values())
-    placed: dict[str, _Slot] = {new_names[j]: slots[i] for j, i in kept.items()}
-    wanted = set(new_names)
-    detached: dict[str, _Line] = {}  # a moved entry's own line, to re-insert whole
+
+def _remove_unkept(
+    lines: list[_Line],
+    slots: list[_Slot],
+    home: dict[int, _Line],
+    kept_old: AbstractSet[int],
+    placed: Mapping[str, _Slot],
+    wanted: AbstractSet[str],
+) -> dict[str, _Line]:
+    """Take out every entry not kept; returns each moved entry's own line, to re-insert whole."""
+    detached: dict[str, _Line] = {}
     for i, slot in enumerate(slots):
         if i in kept_old:
             continue
@@ -793,53 +841,62 @@ def _rewrite_lines(text: str, parsed: _Parsed, new_names: list[str]) -> str:
             line.remove(slot)
             if movable:
                 detached[slot.name] = _Line([""])  # marks "moved"; no line to carry
+    return detached
 
-    def new_slot(name: str, near: _Slot | None) -> tuple[_Slot, _Line | None]:
-        carried = detached.get(name)
-        if carried is not None and carried.slots:
-            return carried.slots[0], carried
-        quote = near.quote if near is not None and parsed.delimiter == "(" else default_quote
-        return _Slot(name, quote), None
 
-    for k, name in enumerate(new_names):
-        if k in kept:
-            continue
-        if k > 0:
-            anchor = placed[new_names[k - 1]]
-            line = home[id(anchor)]
-            slot, carried = new_slot(name, anchor)
-            if line.slots[-1] is anchor and not line.tail:
-                indent = line.indent if not line.head else default_indent
-                target = carried or _Line([indent, slot, line.eol or eol])
-                lines.insert(lines.index(line) + 1, target)
-                home[id(slot)] = target
-            else:
-                line.insert_after(anchor, slot, line.separator() or default_sep)
-                home[id(slot)] = line
+def _new_slot(
+    name: str, near: _Slot | None, detached: Mapping[str, _Line], quoted: bool, style: _Style
+) -> tuple[_Slot, _Line | None]:
+    """The word to insert for `name`: a moved entry's own (with its line), or a new one quoted like `near`."""
+    carried = detached.get(name)
+    if carried is not None and carried.slots:
+        return carried.slots[0], carried
+    quote = near.quote if near is not None and quoted else style.quote
+    return _Slot(name, quote), None
+
+
+def _place_after(
+    lines: list[_Line], home: dict[int, _Line], anchor: _Slot, slot: _Slot, carried: _Line | None, style: _Style
+) -> None:
+    """Insert `slot` after `anchor`: on a line of its own when `anchor` ends a body line, else beside it."""
+    line = home[id(anchor)]
+    if line.slots[-1] is anchor and not line.tail:
+        indent = line.indent if not line.head else style.indent
+        target = carried or _Line([indent, slot, line.eol or style.eol])
+        lines.insert(lines.index(line) + 1, target)
+        home[id(slot)] = target
+    else:
+        line.insert_after(anchor, slot, line.separator() or style.sep)
+        home[id(slot)] = line
+
+
+def _place_first(
+    lines: list[_Line],
+    home: dict[int, _Line],
+    first: _Slot | None,
+    slot: _Slot,
+    carried: _Line | None,
+    style: _Style,
+    cut: int,
+) -> None:
+    """Insert `slot` before every other entry; `cut` is where the value opens within the first line."""
+    if first is not None:
+        line = home[id(first)]
+        if not line.head:  # `first` opens its line: the new entry goes on a line above
+            target = carried or _Line([line.indent, slot, line.eol or style.eol])
+            lines.insert(lines.index(line), target)
+            home[id(slot)] = target
         else:
-            first = next((line.slots[0] for line in lines if line.slots), None)
-            slot, carried = new_slot(name, first)
-            if first is not None:
-                line = home[id(first)]
-                if not line.head:  # `first` opens its line: the new entry goes on a line above
-                    target = carried or _Line([line.indent, slot, line.eol or eol])
-                    lines.insert(lines.index(line), target)
-                    home[id(slot)] = target
-                else:
-                    line.insert_before(first, slot, line.separator() or default_sep)
-                    home[id(slot)] = line
-            elif lines[-1].tail and len(lines) > 1:  # empty multi-line value: above the closer
-                target = carried or _Line([default_indent, slot, eol])
-                lines.insert(len(lines) - 1, target)
-                home[id(slot)] = target
-            else:  # empty one-line value: right after the opening delimiter
-                line = lines[0]
-                only = line.parts[0]
-                assert isinstance(only, str) and len(line.parts) == 1
-                cut = parsed.value_start - region_start
-                line.parts[:] = [only[:cut], slot, only[cut:]]
-                line.slots.append(slot)
-                home[id(slot)] = line
-        placed[name] = slot
-
-    return text[:region_start] + "".join(line.render() for line in lines) + text[region_end:]
+            line.insert_before(first, slot, line.separator() or style.sep)
+            home[id(slot)] = line
+    elif lines[-1].tail and len(lines) > 1:  # empty multi-line value: above the closer
+        target = carried or _Line([style.indent, slot, style.eol])
+        lines.insert(len(lines) - 1, target)
+        home[id(slot)] = target
+    else:  # empty one-line value: right after the opening delimiter
+        line = lines[0]
+        only = line.parts[0]
+        assert isinstance(only, str) and len(line.parts) == 1
+        line.parts[:] = [only[:cut], slot, only[cut:]]
+        line.slots.append(slot)
+        home[id(slot)] = line
