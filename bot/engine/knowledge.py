@@ -191,11 +191,6 @@ class KnowledgeBase:
         """Every derived-kind rule."""
         return self._derived
 
-    @property
-    def builtin_groups(self) -> frozenset[str]:
-        """API groups served by kube-apiserver itself ("" is core)."""
-        return frozenset(self._builtin)
-
     # -- queries ---------------------------------------------------------------------------
 
     def is_builtin(self, gk: GroupKind) -> bool:

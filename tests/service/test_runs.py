@@ -8,6 +8,18 @@ from bot.engine.jobs import DriftKey, FixTierOrderKey, PrecheckKey, TierOrderKey
 from bot.service.runs import RunQueue, Submitted
 
 
+def gated(gate: asyncio.Event, ran: list[str]):
+    """A job factory: each job waits for `gate`, then records its name in `ran`."""
+
+    def job(name: str):
+        async def run() -> None:
+            await gate.wait()
+            ran.append(name)
+        return run
+
+    return job
+
+
 async def test_newer_sha_cancels_older_run() -> None:
     queue = RunQueue(workers=2, max_queued=10)
     started, finished = [], []
@@ -33,11 +45,7 @@ async def test_same_sha_coalesces_and_other_keys_run() -> None:
     gate = asyncio.Event()
     ran: list[str] = []
 
-    def job(name: str):
-        async def run() -> None:
-            await gate.wait()
-            ran.append(name)
-        return run
+    job = gated(gate, ran)
 
     assert queue.submit(PrecheckKey("o/r", 1, "prod"), "a" * 40, job("p1")) == Submitted.STARTED
     assert queue.submit(PrecheckKey("o/r", 1, "prod"), "a" * 40, job("p1-dup")) == Submitted.COALESCED
@@ -104,11 +112,7 @@ async def test_run_waits_for_the_run_and_joins_one_still_going() -> None:
     gate = asyncio.Event()
     ran: list[str] = []
 
-    def job(name: str):
-        async def run() -> None:
-            await gate.wait()
-            ran.append(name)
-        return run
+    job = gated(gate, ran)
 
     first = asyncio.ensure_future(queue.run(DriftKey("o/r", "prod"), "scheduled", job("first")))
     await asyncio.sleep(0.01)
