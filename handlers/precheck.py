@@ -122,9 +122,13 @@ STOPPED_THE_CHECKER = (
 )
 
 
-def result_state(review: ClusterReview, link_base: str | None = None) -> DesiredState:
-    """The review itself: comment parts, and a status from the findings this PR adds."""
+def result_state(review: ClusterReview, link_base: str | None = None, base: str | None = None) -> DesiredState:
+    """The review itself: comment parts, and a status from the findings this PR adds (`base`: the branch it was judged against)."""
     parts = tuple(format_review_markdown([review], link_base=link_base, marker=_marker(review.cluster)))
+    if base is not None:
+        # A verdict holds for the base it was computed against only; say which (a retarget re-runs it).
+        head, _, rest = parts[0].partition("\n")
+        parts = (f"{head}\nJudged against {md.code(base)}.\n{rest}", *parts[1:])
     verdict = review_verdict(review)
     stopped = resource_failure(review)
     # A build stopped by a limit (timed out, killed, output cap) says nothing about the PR, new or not
@@ -134,15 +138,17 @@ def result_state(review: ClusterReview, link_base: str | None = None) -> Desired
         1 for f in review.findings
         if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)
     )
+    against = f" (vs {base})" if base is not None else ""
     if new_errors:
-        status = Status("failure", f"{plural(new_errors, 'new error')} in {review.cluster}")
+        status = Status("failure", f"{plural(new_errors, 'new error')} in {review.cluster}{against}"[:140])
     elif stopped is not None:
         status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
         head, _, rest = parts[0].partition("\n")
         rerun = md.code(f"/precheck {review.cluster}")
         parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {md.rich(stopped)}. Re-run with {rerun}.\n\n{rest}", *parts[1:])
     else:
-        status = Status("success", f"{review.cluster}: no new errors" + (f", {plural(review.new_warnings, 'new warning')}" if review.new_warnings else ""))
+        warnings = f", {plural(review.new_warnings, 'new warning')}" if review.new_warnings else ""
+        status = Status("success", f"{review.cluster}: no new errors{warnings}{against}"[:140])
     conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
 
@@ -167,6 +173,11 @@ def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredS
     body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of {md.code(cluster)} {title}\n\n{md.rich(message, 4000)}\n"
     state = "error" if infrastructure else "failure"
     return DesiredState((body,), Status(state, message[:140]), "failure")
+
+
+def retargeted_description(cluster: str, judged: str, now: str) -> str:
+    """The pending status of a verdict for a base the PR no longer targets (never left `success`)."""
+    return f"{cluster} was judged against {judged}; the PR now targets {now}: re-run pending"[:140]
 
 
 def status_context(cluster: str) -> str:
@@ -217,7 +228,7 @@ class Precheck:
         except Exception as exc:  # a bug must still end in a failed status, never a pending one
             log.exception("precheck %s#%s %s crashed", plan.repo, plan.number, cluster)
             return error_state(cluster, f"internal error ({type(exc).__name__})", infrastructure=True), "error"
-        desired = result_state(review, link_base=blob_base(plan))
+        desired = result_state(review, link_base=blob_base(plan), base=plan.base_ref)
         return desired, desired.status.state
 
     async def review(self, plan: PrecheckPlan, cluster: str) -> ClusterReview:
@@ -262,6 +273,25 @@ class Precheck:
             config_from_base=True,  # a PR never decides what its clusters are
         )
 
+    async def retargeted(self, plan: PrecheckPlan, cluster: str) -> bool:
+        """Whether the PR targets another base than the run judged; if so its status is set pending instead of the verdict.
+
+        Branch protection reads statuses on the head commit, whatever base the PR has, so a verdict for an
+        old base must never land there (a retarget's own run writes the new verdict). A read GitHub refuses
+        is no evidence of a retarget: the `edited` delivery supersedes such a run anyway.
+        """
+        try:
+            pull = await asyncio.to_thread(self.github.pull_request, plan.repo, plan.number)
+        except FluxwardenError as exc:
+            log.warning("cannot re-read %s#%s before its final status: %s", plan.repo, plan.number, exc)
+            return False
+        if pull.base_ref == plan.base_ref:
+            return False
+        log.info("%s#%s %s was judged against %s but now targets %s: not writing its verdict", plan.repo, plan.number, cluster, plan.base_ref, pull.base_ref)
+        pending = DesiredState((), Status("pending", retargeted_description(cluster, plan.base_ref, pull.base_ref)), None)
+        await self.reconcile(plan, cluster, pending, skip=("comment",))
+        return True
+
     async def reconcile(self, plan: PrecheckPlan, cluster: str, desired: DesiredState, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
         """Make GitHub show `desired` (comment edited in place, status, check run); the operations GitHub refused
         (logged and counted) are returned."""
@@ -276,7 +306,7 @@ class Precheck:
                 status="completed" if desired.conclusion else "in_progress",
                 conclusion=desired.conclusion,
                 title=desired.status.description,
-                summary=desired.comment[0][:65535],
+                summary=desired.comment[0][:65535] if desired.comment else desired.status.description,
                 annotations=list(desired.annotations),
             )))
         failed = []

@@ -1,15 +1,21 @@
-"""pull_request opened/synchronize/reopened/ready_for_review: precheck the clusters configured as automatic."""
+"""pull_request opened/synchronize/reopened/ready_for_review: precheck the clusters configured as automatic.
+
+`edited` with a base change (a retarget) does too, and first marks every verdict on the head pending: each
+was computed against the old base, and branch protection reads them on the head whatever the base is now.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from bot.engine.errors import FluxwardenError
+from bot.engine.errors import FluxwardenError, InfraError
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.settings import RepoPolicy
 from bot.engine.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
+from handlers.precheck import STATUS_CONTEXT, retargeted_description
 
 log = logging.getLogger(__name__)
 TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_review"})
@@ -20,8 +26,9 @@ NO_CLUSTERS = "no automatic clusters"
 
 def plan_for_pull_request(event: PullRequestEvent, bot: BotContext, policy: RepoPolicy | None = None) -> PrecheckPlan | str:
     """The precheck an event asks for, or why there is none (`policy`: the repository's, with its clusters found)."""
-    if event.action not in TRIGGERING_ACTIONS:
-        return f"action {event.action} does not trigger a run"
+    retarget = event.action == "edited" and event.base_changed_from is not None
+    if event.action not in TRIGGERING_ACTIONS and not retarget:
+        return f"action {event.action} does not trigger a run" + (" (the base did not change)" if event.action == "edited" else "")
     policy = policy or bot.config.repo(event.repo.full_name)
     if policy is None:
         return "repository not allowlisted"
@@ -39,7 +46,7 @@ def plan_for_pull_request(event: PullRequestEvent, bot: BotContext, policy: Repo
         base_ref=event.pull.base_ref,
         clone_url=policy.clone_url or event.repo.clone_url,
         clusters=clusters,
-        trigger=f"pull_request {event.action}",
+        trigger=f"pull_request retargeted from {event.base_changed_from}" if retarget else f"pull_request {event.action}",
     )
 
 
@@ -47,6 +54,8 @@ async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
     """Schedule the automatic precheck; returns the plan or the reason nothing ran."""
     plan = plan_for_pull_request(event, bot)
     policy = bot.config.repo(event.repo.full_name)
+    if event.base_changed_from is not None and policy is not None:
+        await mark_retargeted(event, bot)
     if plan == NO_CLUSTERS and policy is not None and not policy.clusters:
         # Allowlisted without cluster settings: the base branch's clusters, as `check` finds them.
         try:
@@ -58,3 +67,38 @@ async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
     if isinstance(plan, PrecheckPlan):
         bot.prechecks.schedule(plan)
     return plan
+
+
+async def mark_retargeted(event: PullRequestEvent, bot: BotContext) -> list[str]:
+    """Set every Fluxwarden status on the head that is not pending to pending (it judged the old base); returns their contexts.
+
+    The clusters that run on their own are re-run right after (their pending status then says running);
+    the others stay pending until someone comments `/precheck <cluster>`.
+    """
+    prefix = STATUS_CONTEXT.format(cluster="")
+    try:
+        statuses = await asyncio.to_thread(bot.github.statuses, event.repo.full_name, event.pull.head_sha)  # newest first
+    except InfraError as exc:
+        log.warning("cannot read the statuses of %s#%s after its retarget: %s", event.repo.full_name, event.pull.number, exc)
+        return []
+    latest: dict[str, str] = {}
+    for status in statuses:
+        if status.context.startswith(prefix):
+            latest.setdefault(status.context, status.state)
+    marked = []
+    for context, state in sorted(latest.items()):
+        if state == "pending":
+            continue
+        cluster = context.removeprefix(prefix)
+        description = retargeted_description(cluster, event.base_changed_from or "", event.pull.base_ref)
+        if bot.claims is not None:
+            # A pending status is a run claim (bot/service/claims.py): mark it released, so no replica takes
+            # it for a live run, and the run the retarget starts, a `/precheck` or the sweep may claim it.
+            description = bot.claims.tag(description, released=True)
+        try:
+            await asyncio.to_thread(bot.github.set_status, event.repo.full_name, event.pull.head_sha, context, "pending", description, None)
+        except InfraError as exc:
+            log.warning("cannot mark %s of %s#%s pending after its retarget: %s", context, event.repo.full_name, event.pull.number, exc)
+            continue
+        marked.append(context)
+    return marked

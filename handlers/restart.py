@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.jobs import PrecheckKey, PrecheckPlan
+from bot.engine.jobs import PrecheckKey, PrecheckPlan, precheck_version
 from bot.engine.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BotContext
@@ -137,7 +137,7 @@ async def _stale_pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_a
         latest = next((s for s in statuses if s.context == STATUS_CONTEXT.format(cluster=cluster)), None)
         if latest is None or latest.state != "pending" or now - latest.created_at < stale_after:
             continue
-        if not bot.prechecks.busy(PrecheckKey(policy.name, pull.number, cluster), pull.head_sha):
+        if not bot.prechecks.busy(PrecheckKey(policy.name, pull.number, cluster), precheck_version(pull.head_sha, pull.base_ref)):
             stale.append(cluster)
     return stale
 

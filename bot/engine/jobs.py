@@ -74,5 +74,19 @@ class PrecheckPlan:
     # handlers/restart.py): if this run stops the checker too, the next start gives up on it.
     resumed: bool = False
 
+    @property
+    def version(self) -> str:
+        """The run's version in the queue: the head it judges and the base it judges it against.
+
+        A retargeted PR keeps its head SHA; its run against the new base must supersede one still running
+        against the old base, or that one's verdict would land on the head as if it judged the new base.
+        """
+        return precheck_version(self.head_sha, self.base_ref)
+
+
+def precheck_version(head_sha: str, base_ref: str) -> str:
+    """The queue version of a precheck of `head_sha` against `base_ref` (see PrecheckPlan.version)."""
+    return f"{head_sha} {base_ref}"
+
 
 JobKey = PrecheckKey | TierOrderKey | FixTierOrderKey | DriftKey

@@ -76,6 +76,10 @@ class PullRequestEvent:
     pull: PullRequestRef
     sender: str
     installation_id: int | None
+    # `edited` with `changes.base`: the PR was retargeted; the base branch it had before. Every status on
+    # the head judged the old base, so it must not stand for the new one.
+    # https://docs.github.com/en/webhooks/webhook-events-and-payloads#pull_request (edited: changes.base.ref.from)
+    base_changed_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,14 +209,26 @@ def _pull_request(delivery: str, payload: Mapping[str, Any]) -> PullRequestEvent
         state=_str(pr, "state", "pull_request.state"),
         author=_str(_obj(pr, "user", "pull_request.user"), "login", "pull_request.user.login"),
     )
+    action = _str(payload, "action")
     return PullRequestEvent(
         delivery=delivery,
-        action=_str(payload, "action"),
+        action=action,
         repo=_repository(payload),
         pull=pull,
         sender=_sender(payload),
         installation_id=_installation(payload),
+        base_changed_from=_base_changed_from(payload) if action == "edited" else None,
     )
+
+
+def _base_changed_from(payload: Mapping[str, Any]) -> str | None:
+    """The old base branch of an `edited` delivery that retargeted the PR; None for a title or body edit."""
+    changes = _opt_obj(payload, "changes")
+    base = _opt_obj(changes, "base", "changes.base") if changes is not None else None
+    ref = _opt_obj(base, "ref", "changes.base.ref") if base is not None else None
+    if ref is None:
+        return None
+    return _str(ref, "from", "changes.base.ref.from")
 
 
 def _issue_comment(delivery: str, payload: Mapping[str, Any]) -> CommentEvent | None:

@@ -124,21 +124,21 @@ class PrecheckRuns:
         outcome = {}
         for cluster in plan.clusters:
             key = PrecheckKey(plan.repo, plan.number, cluster)
-            outcome[cluster] = self.queue.submit(key, plan.head_sha, lambda c=cluster: self.run(plan, c))
+            outcome[cluster] = self.queue.submit(key, plan.version, lambda c=cluster: self.run(plan, c))
             if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
                 retrying = self._finalising.pop(key, None)
                 if retrying is not None:
                     retrying.cancel()  # the new run writes its own final state
-                for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.head_sha]:
+                for stale in [k for k in self._claimed if k[0] == key and k[1] != plan.version]:
                     self._claimed.pop(stale)  # its run was cancelled; the task itself still finishes
-                self._claimed[(key, plan.head_sha)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
+                self._claimed[(key, plan.version)] = asyncio.get_running_loop().create_task(self._claim(plan, cluster))
         self.metrics.queue_depth.set(self.queue.depth)
         return outcome
 
     async def _claim(self, plan: PrecheckPlan, cluster: str) -> bool:
         """Write the running state (the status is the claim); False when another replica owns this run."""
         running = running_state(plan, cluster)
-        current = self.queue.is_current(PrecheckKey(plan.repo, plan.number, cluster), plan.head_sha)
+        current = self.queue.is_current(PrecheckKey(plan.repo, plan.number, cluster), plan.version)
         if self.claims is None:
             # The status belongs to this SHA; the comment only while it is still the newest run.
             await self.precheck.reconcile(plan, cluster, running, skip=() if current else ("comment",))
@@ -154,28 +154,30 @@ class PrecheckRuns:
         key = PrecheckKey(plan.repo, plan.number, cluster)
         started = time.monotonic()
         self.metrics.queue_depth.set(self.queue.depth)
-        claim = self._claimed.pop((key, plan.head_sha), None)
+        claim = self._claimed.pop((key, plan.version), None)
         if not await (claim if claim is not None else self._claim(plan, cluster)):
             return  # another replica runs this SHA and cluster
         try:
             desired, verdict = await self.precheck.desired(plan, cluster)
         except asyncio.CancelledError:
-            if self.queue.is_current(key, plan.head_sha):  # shutting down, not superseded: say it was not this PR's doing
+            if self.queue.is_current(key, plan.version):  # shutting down, not superseded: say it was not this PR's doing
                 await self._interrupted(plan, cluster)
             raise
-        if not self.queue.is_current(key, plan.head_sha):
-            return  # a newer push owns the comment now
+        if not self.queue.is_current(key, plan.version):
+            return  # a newer push, or a retarget, owns the comment now
         if self.claims is not None and await self.claims.superseded(plan.repo, plan.number, plan.head_sha):
             return  # a newer push, run by another replica, owns the comment now
+        if await self.precheck.retargeted(plan, cluster):
+            return  # judged against a base the PR no longer targets: its status is pending now, never this verdict
         failed = await self.precheck.reconcile(plan, cluster, desired)
         if failed:
             self._finalise_later(key, plan, cluster, desired, failed)
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
 
-    def busy(self, key: PrecheckKey, sha: str) -> bool:
-        """Whether this process still works on `key` at `sha`: queued, running, or writing its final state."""
-        return self.queue.running(key, sha) or (key in self._finalising and self.queue.is_current(key, sha))
+    def busy(self, key: PrecheckKey, version: str) -> bool:
+        """Whether this process still works on `key` at `version` (PrecheckPlan.version): queued, running, or writing its final state."""
+        return self.queue.running(key, version) or (key in self._finalising and self.queue.is_current(key, version))
 
     def _finalise_later(self, key: PrecheckKey, plan: PrecheckPlan, cluster: str, desired: DesiredState, failed: tuple[str, ...]) -> None:
         task = asyncio.get_running_loop().create_task(self._finalise(plan, cluster, desired, failed), name=f"finalise {plan.repo}#{plan.number} {cluster}")

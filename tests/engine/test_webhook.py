@@ -474,3 +474,18 @@ def test_body_at_the_cap_is_accepted() -> None:
     body = b'{"a":"' + b"x" * (MAX_BODY_BYTES - 8) + b'"}'
     assert len(body) == MAX_BODY_BYTES
     assert len(parse_body(body, "application/json")["a"]) == MAX_BODY_BYTES - 8
+
+
+def test_a_retarget_carries_the_old_base_and_a_title_edit_does_not() -> None:
+    payload = json.loads((Path(__file__).parent.parent / "payloads" / "pull_request.opened.json").read_text())
+    payload["action"] = "edited"
+    payload["changes"] = {"base": {"ref": {"from": "release"}, "sha": {"from": "1" * 40}}}
+    event = parse_event("pull_request", "d", payload)
+    assert isinstance(event, PullRequestEvent) and event.base_changed_from == "release"
+    payload["changes"] = {"title": {"from": "old title"}}
+    assert parse_event("pull_request", "d", payload).base_changed_from is None
+    payload["changes"] = {"base": {"ref": {"from": 7}}}
+    with pytest.raises(PayloadError, match="changes.base.ref.from"):
+        parse_event("pull_request", "d", payload)
+    payload["action"], payload["changes"] = "opened", {"base": {"ref": {"from": "release"}}}
+    assert parse_event("pull_request", "d", payload).base_changed_from is None  # only `edited` retargets

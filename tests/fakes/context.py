@@ -80,6 +80,8 @@ class MemoryGitHub:
 
     def pull_request(self, repo: str, number: int) -> PullRequestInfo:
         self._call("pull_request")
+        if number not in self.pulls:
+            raise InfraError(f"GitHub get pull request {repo}#{number} failed: 404 Not Found")
         return self.pulls[number]
 
     def open_pull_requests(self, repo: str) -> list[PullRequestInfo]:
@@ -160,7 +162,7 @@ class MemoryGit:
 
 @dataclass
 class RecordingPrechecks:
-    """Prechecks: records every scheduled plan and give-up; `busy` holds the (key, sha) a run still works on."""
+    """Prechecks: records every scheduled plan and give-up; `busy` holds the (key, version) a run still works on."""
 
     plans: list[PrecheckPlan] = field(default_factory=list)
     given_up: list[tuple[PrecheckPlan, str]] = field(default_factory=list)
@@ -173,8 +175,8 @@ class RecordingPrechecks:
     async def give_up(self, plan: PrecheckPlan, cluster: str) -> None:
         self.given_up.append((plan, cluster))
 
-    def busy(self, key: PrecheckKey, sha: str) -> bool:
-        return (key, sha) in self.working
+    def busy(self, key: PrecheckKey, version: str) -> bool:
+        return (key, version) in self.working
 
     @property
     def scheduled(self) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -247,6 +249,9 @@ class MemoryClaims:
 
     def abandoned(self, statuses: Sequence[Any], context: str) -> bool:
         return context not in self.claimed_since
+
+    def tag(self, description: str, *, released: bool = False) -> str:
+        return f"{description} [fw:memory{':released' if released else ''}]"
 
 
 # --------------------------------------------------------------------------------------------- the context

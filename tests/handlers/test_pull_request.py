@@ -10,7 +10,8 @@ import pytest
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.settings import ClusterPolicy, RepoPolicy
 from handlers.pull_request import NO_CLUSTERS, on_pull_request
-from tests.fakes.context import BASE, CLONE_URL, HEAD, REPO, MemoryGit, MemorySettings, bot_context, pull_request_event
+from bot.adapters.github import StatusInfo
+from tests.fakes.context import BASE, CLONE_URL, HEAD, REPO, MemoryClaims, MemoryGitHub, MemoryGit, MemorySettings, bot_context, pull_request_event
 
 DEV_PROD = MemorySettings()
 MANUAL_PROD = MemorySettings(repos=(RepoPolicy(REPO, clusters=(ClusterPolicy("dev"), ClusterPolicy("prod", automatic=False))),))
@@ -28,7 +29,7 @@ DISCOVER = MemorySettings(repos=(RepoPolicy(REPO),))  # allowlisted without clus
     ("opened", {}, MANUAL_PROD, MemoryGit(), ("dev",)),
     ("opened", {"fork": True}, FORKS, MemoryGit(), ("dev", "prod")),
     ("closed", {}, DEV_PROD, MemoryGit(), "action closed does not trigger a run"),
-    ("edited", {}, DEV_PROD, MemoryGit(), "action edited does not trigger a run"),
+    ("edited", {}, DEV_PROD, MemoryGit(), "action edited does not trigger a run (the base did not change)"),
     ("opened", {}, OTHER, MemoryGit(), "repository not allowlisted"),
     ("opened", {"draft": True}, DEV_PROD, MemoryGit(), "draft PR (runs on ready_for_review)"),
     ("opened", {"fork": True}, DEV_PROD, MemoryGit(), "PR from a fork (allow_forks: false)"),
@@ -62,3 +63,56 @@ async def test_configured_clone_url_wins() -> None:
     bot = bot_context(config=settings)
     plan = await on_pull_request(pull_request_event("opened", base_sha=BASE), bot)
     assert isinstance(plan, PrecheckPlan) and plan.clone_url == "https://git.example.com/mirror.git"
+
+
+def _retarget(**pull: Any):
+    return replace(pull_request_event("edited", base_ref="main", **pull), base_changed_from="release")
+
+
+def _status(cluster: str, state: str, description: str = "") -> StatusInfo:
+    return StatusInfo(state, f"fluxwarden/{cluster}", description or f"{cluster}: {state}", 0.0, "fluxwarden-bot")
+
+
+@pytest.mark.parametrize("settings, statuses, marked, rerun", [
+    # Both automatic: both verdicts go pending at once, and both re-run against the new base.
+    (DEV_PROD, [_status("prod", "success"), _status("dev", "failure")], ["fluxwarden/dev", "fluxwarden/prod"], ("dev", "prod")),
+    # prod is manual: its green goes pending and stays so until `/precheck prod`; dev re-runs.
+    (MANUAL_PROD, [_status("prod", "success"), _status("dev", "success")], ["fluxwarden/dev", "fluxwarden/prod"], ("dev",)),
+    # A status already pending (a run under way) is left to that run's supersession; other bots' contexts untouched.
+    (DEV_PROD, [_status("prod", "pending"), _status("prod", "success"), StatusInfo("success", "ci/build", "ok", 0.0, "ci")], [], ("dev", "prod")),
+    # Nothing posted yet: nothing to mark, the automatic clusters run.
+    (DEV_PROD, [], [], ("dev", "prod")),
+], ids=["automatic", "manual-prod", "pending-and-foreign", "nothing-yet"])
+async def test_a_retarget_marks_every_verdict_pending_and_reruns(settings: MemorySettings, statuses: list[StatusInfo], marked: list[str], rerun: tuple[str, ...]) -> None:
+    github = MemoryGitHub(status_list={HEAD: list(statuses)})
+    bot = bot_context(config=settings, github=github)
+    plan = await on_pull_request(_retarget(), bot)
+    assert isinstance(plan, PrecheckPlan) and plan.clusters == rerun
+    assert (plan.base_ref, plan.trigger) == ("main", "pull_request retargeted from release")
+    written = [s for s in github.status_list[HEAD][: len(github.status_list[HEAD]) - len(statuses)]] if HEAD in github.status_list else []
+    assert sorted(s.context for s in written) == marked
+    assert all(s.state == "pending" and "judged against release; the PR now targets main" in s.description for s in written)
+    # Whatever each context showed before, its newest status is no verdict any more.
+    for context in {s.context for s in statuses if s.context.startswith("fluxwarden/")}:
+        assert next(s for s in github.status_list[HEAD] if s.context == context).state == "pending"
+
+
+async def test_a_retarget_marks_pending_as_a_released_claim_with_several_replicas() -> None:
+    github = MemoryGitHub(status_list={HEAD: [_status("prod", "success")]})
+    await on_pull_request(_retarget(), bot_context(config=MANUAL_PROD, github=github, claims=MemoryClaims()))
+    newest = github.status_list[HEAD][0]
+    assert newest.state == "pending" and newest.description.endswith(":released]")
+
+
+async def test_a_retarget_of_a_draft_still_marks_its_verdicts_pending() -> None:
+    github = MemoryGitHub(status_list={HEAD: [_status("prod", "success")]})
+    result = await on_pull_request(_retarget(draft=True), bot_context(config=DEV_PROD, github=github))
+    assert result == "draft PR (runs on ready_for_review)"
+    assert github.status_list[HEAD][0].state == "pending"
+
+
+async def test_a_title_edit_changes_nothing() -> None:
+    github = MemoryGitHub(status_list={HEAD: [_status("prod", "success")]})
+    bot = bot_context(config=DEV_PROD, github=github)
+    assert await on_pull_request(pull_request_event("edited"), bot) == "action edited does not trigger a run (the base did not change)"
+    assert [s.state for s in github.status_list[HEAD]] == ["success"] and bot.prechecks.plans == []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.adapters.github import StatusInfo
-from bot.engine.jobs import PrecheckKey
+from bot.engine.jobs import PrecheckKey, precheck_version
 from handlers.precheck import INTERRUPTED, RESUMED
 from handlers.restart import resume_pending
 from tests.fakes.context import HEAD, REPO, MemoryClaims, MemoryGitHub, RecordingPrechecks, bot_context, pull_info
@@ -58,7 +58,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_resume_pending(case: Case) -> None:
     github = MemoryGitHub(pulls={7: pull_info(**case.pull)}, status_list={HEAD: list(case.statuses)}, down=set(case.down))
-    prechecks = RecordingPrechecks(working={(PrecheckKey(REPO, 7, c), HEAD) for c in case.busy})
+    prechecks = RecordingPrechecks(working={(PrecheckKey(REPO, 7, c), precheck_version(HEAD, "main")) for c in case.busy})
     bot = bot_context(github=github, prechecks=prechecks, claims=case.claims)
     plans = await resume_pending(bot, stale_after=case.stale_after)
     assert [(c, p.resumed) for p in plans for c in p.clusters] == list(case.rerun)

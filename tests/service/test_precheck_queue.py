@@ -59,8 +59,8 @@ async def test_a_refused_final_state_is_written_again_and_the_run_counts_as_busy
     key = PrecheckKey("o/r", 1, "prod")
     runner.schedule(p)
     await runner.queue.drain(timeout=10)
-    assert github.status_list == {} and not runner.queue.running(key, p.head_sha)
-    assert runner.busy(key, p.head_sha), "still writing its final state: a sweep must not re-run it"
+    assert github.status_list == {} and not runner.queue.running(key, p.version)
+    assert runner.busy(key, p.version), "still writing its final state: a sweep must not re-run it"
     await asyncio.sleep(0.3)  # a few attempts while GitHub is down
     github.down.clear()
     for _ in range(100):
@@ -69,15 +69,15 @@ async def test_a_refused_final_state_is_written_again_and_the_run_counts_as_busy
         await asyncio.sleep(0.05)
     assert github.states(p.head_sha) == ["error"]
     await asyncio.sleep(0.05)
-    assert not runner.busy(key, p.head_sha)
+    assert not runner.busy(key, p.version)
     # A newer run of the same PR and cluster cancels a pending rewrite (it writes its own state).
     github.down.update({"comment", "status"})
     runner.schedule(p)
     await runner.queue.drain(timeout=10)
-    assert runner.busy(key, p.head_sha)
+    assert runner.busy(key, p.version)
     newer = PrecheckPlan("o/r", 1, "f" * 40, "main", "https://example.invalid/o/r.git", ("prod",), "test")
     runner.schedule(newer)
     await asyncio.sleep(0)
-    assert not runner.busy(key, p.head_sha)
+    assert not runner.busy(key, p.version)
     await runner.queue.close()
     await runner.close()
