@@ -94,6 +94,7 @@ class ObjectChange:
     diff: str  # unified diff of the normalised, masked YAML (base → head); "" when none
     secret_keys: SecretKeyChanges | None  # Secrets only
     lines_changed: int
+    fields: tuple[str, ...] = ()  # CHANGED: the names of the first leaf fields that differ (`image`, `ports`)
 
     def sort_key(self) -> tuple:
         return (self.ref.kind, self.ref.namespace, self.ref.name, self.ref.group, _KIND_ORDER[self.kind], str(self.from_tier or ""))
@@ -318,7 +319,31 @@ def _object_change(
     if keys is not None:
         lines += 2 * len(keys.changed)  # a masked value change is the -/+ pair the diff cannot show
     ref = head.ref if head is not None else base.ref  # type: ignore[union-attr]
-    return ObjectChange(kind, ref, tier, from_tier, text, keys, lines)
+    fields = changed_fields(base.body, head.body) if kind is ChangeKind.CHANGED and base is not None and head is not None and not secret else ()
+    return ObjectChange(kind, ref, tier, from_tier, text, keys, lines, fields)
+
+
+def changed_fields(base: Mapping, head: Mapping, limit: int = 4) -> tuple[str, ...]:
+    """The names of the first leaf fields that differ (`image`, `ports`), for a one-line summary of a change."""
+    found: list[str] = []
+    _differing_leaves(normalise(base), normalise(head), "", found, limit, 0)
+    return tuple(found)
+
+
+def _differing_leaves(a: Any, b: Any, name: str, found: list[str], limit: int, depth: int) -> None:
+    # Iterative depth is bounded by the objects' own (parsed documents are depth-limited); 40 is plenty.
+    if len(found) >= limit or a == b:
+        return
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and depth < 40:
+        for key in sorted(set(a) | set(b), key=str):
+            _differing_leaves(a.get(key), b.get(key), str(key), found, limit, depth + 1)
+        return
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and depth < 40:
+        for x, y in zip(a, b):
+            _differing_leaves(x, y, name, found, limit, depth + 1)
+        return
+    if name and name not in found:
+        found.append(name)
 
 
 # -- prune transient -------------------------------------------------------------------------------

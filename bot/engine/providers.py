@@ -47,6 +47,7 @@ class ProviderIndex:
         self.knowledge = knowledge
         self._crds: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._charts: list[tuple[TierId, ObjectRef, ChartRule]] = []
+        self._released: dict[GroupKind, list[Provider]] = defaultdict(list)  # CRDs rendered charts install
         self._triggers: list[tuple[TierId, ObjectRef, RuntimeCrdRule]] = []
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
@@ -58,6 +59,14 @@ class ProviderIndex:
             for defined, ref in tier_facts.crds:
                 self._crds[defined].append(Provider(ProviderKind.CRD, tier, ref, f"CRD {ref.name}"))
             for manifest in tier_facts.helm_releases:
+                release = render.releases.get(manifest.ref)
+                if release is not None and release.rendered:
+                    # Its chart was rendered: the CRDs it installs are known exactly (crds/ under the
+                    # release's CRD policy, and templates), so the knowledge base is not asked.
+                    described = f"chart {release.chart} of HelmRelease {manifest.ref.namespace}/{manifest.ref.name}"
+                    for defined, _ in release.crds:
+                        self._released[defined].append(Provider(ProviderKind.CHART, tier, manifest.ref, described))
+                    continue
                 chart = _chart_name(manifest, oci_urls)
                 rule = knowledge.chart_rule(chart) if chart else None
                 if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
@@ -86,6 +95,7 @@ class ProviderIndex:
         if self.knowledge.is_preinstalled(gk):
             return [Provider(ProviderKind.PREINSTALLED, description="installed by flux bootstrap")]
         found = list(self._crds.get(gk, ()))
+        found += self._released.get(gk, [])
         found += [
             Provider(ProviderKind.CHART, tier, ref, f"chart {rule.chart} of HelmRelease {ref.namespace}/{ref.name}")
             for tier, ref, rule in self._charts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -12,7 +13,7 @@ import yaml
 
 from bot.engine.artifacts import is_artifact_generator
 from bot.engine.flux import KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_kustomization, operator_sync
-from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
+from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
 
@@ -158,6 +159,41 @@ def summarise(tier: RenderedTier) -> TierSummary:
     return replace(tier, manifests=(), discovery=None), len(tier.manifests), tuple(tier.discovery_objects())
 
 
+class Outcome(str, enum.Enum):
+    """What became of one HelmRelease's chart."""
+
+    RENDERED = "rendered"
+    NOT_RENDERED = "not-rendered"  # its chart could not be had (unreachable, not allowed, credentials, too large)
+    FAILED = "failed"  # the chart rendered with an error helm-controller would fail the install with
+
+
+@dataclass(frozen=True)
+class RenderedRelease:
+    """One HelmRelease's chart as helm-controller would install it, or why it was not rendered."""
+
+    ref: ObjectRef  # the HelmRelease
+    tier: TierId  # the Kustomization that applies it
+    outcome: Outcome
+    chart: str = ""
+    version: str | None = None
+    source: str = ""  # the source it came from, e.g. "HelmRepository flux-system/podinfo"
+    manifests: tuple[Manifest, ...] = ()
+    crds: tuple[tuple[GroupKind, ObjectRef], ...] = ()  # (kind defined, CRD) of what it installs
+    reason: str = ""  # NOT_RENDERED / FAILED: why
+    location: SourceLocation | None = None  # the HelmRelease's file:line
+    release_name: str = ""
+    namespace: str = ""
+
+    @property
+    def rendered(self) -> bool:
+        return self.outcome is Outcome.RENDERED
+
+    def heading(self) -> str:
+        """`HelmRelease default/webapp (chart webapp 1.1.0)`, as `fluxwarden build` and the review head it."""
+        chart = f" (chart {self.chart} {self.version})" if self.chart and self.version else (f" (chart {self.chart})" if self.chart else "")
+        return f"HelmRelease {self.ref.namespace}/{self.ref.name}{chart}"
+
+
 @dataclass(frozen=True)
 class ClusterRender:
     """Every tier of one cluster, in discovery order, and the findings rendering produced."""
@@ -167,6 +203,8 @@ class ClusterRender:
     tiers: Mapping[TierId, RenderedTier]
     findings: tuple[Finding, ...]
     snapshot: RepoTree
+    # Its HelmReleases' charts, rendered (bot/pipeline/releases.py); empty until that stage ran.
+    releases: Mapping[ObjectRef, RenderedRelease] = field(default_factory=dict)
 
     def manifests(self) -> list[tuple[TierId, Manifest]]:
         """Every rendered object with the tier that applies it."""

@@ -22,6 +22,7 @@ from bot.engine.rendered import ClusterRender
 from bot.engine.report import CheckReport
 from bot.engine.verdict import apply_order, build_report, nothing_rendered, unreached_unsafe_paths
 from bot.pipeline.memo import FactsStore, FindingsMemo
+from bot.pipeline.releases import releases_key, render_releases
 from bot.pipeline.renderer import Renderer
 from bot.pipeline.session import CheckOptions, Session, open_run
 
@@ -109,22 +110,24 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     snapshot, config, cache, binary = renderer.snapshot, renderer.config, renderer.cache, renderer.binary
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
-    # A commit checked before (the base of most reviews) has the same findings: its tree id, this
-    # code and this kustomize say so. Not with a live state, which changes between runs.
-    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap)
-    cached = memo.get()
-    findings, cold_start = cached if cached is not None else (None, None)
     facts = FactsStore(knowledge, cache, renderer.memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
-    render = renderer.render_cluster(cluster, entry, on_finished=facts.of if findings is None else None)
+    render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
+    tier_facts = facts.of_render(render)
+    if renderer.charts is not None:
+        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster))
     graph = TierGraph(t.spec for t in render.tiers.values())
+    # A commit checked before (the base of most reviews) has the same findings: its tree id, this
+    # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.
+    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap, releases_key(render) if render.releases else "")
+    cached = memo.get()
+    findings, cold_start = cached if cached is not None else (None, None)
     if findings is None:
         others = {
             name: TierGraph(t.spec for t in renderer.render_cluster(name, path, graph_only=True).tiers.values())
             for name, path in sorted(known_clusters(config, snapshot).items())
             if name != cluster
         }
-        tier_facts = facts.of_render(render)
         providers = ProviderIndex(render, knowledge, tier_facts) if live is None else LiveProviderIndex(render, knowledge, live, tier_facts)
         present = discover_bootstrap(snapshot, config, render, tier_facts, knowledge) if bootstrap else Bootstrap()
         ctx = CheckContext(
@@ -142,7 +145,8 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
             *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),
         ]
         cold_start = ctx.cold_start
-        if not any(t.failed for t in render.tiers.values()):
+        stopped = any(t.failed for t in render.tiers.values()) or any(f.check == "render-limit" for f in render.findings)
+        if not stopped:
             memo.put(findings, cold_start)  # a failed build may be a timeout: never remembered
     return Analysis(render, graph, build_report(render, graph, findings, cold_start), renderer)
 

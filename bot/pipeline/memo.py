@@ -319,16 +319,18 @@ class FindingsMemo:
 
     @classmethod
     def of(
-        cls, cache: BuildCache | None, snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary, bootstrap: bool
+        cls, cache: BuildCache | None, snapshot: Snapshot, config: RepoConfig, cluster: str, binary: KustomizeBinary, bootstrap: bool,
+        releases: str = "",
     ) -> "FindingsMemo":
         """The memo of a commit's findings under one configuration; none without a cache or for a working tree (no tree id).
 
         The bootstrap is read from the same tree (its id covers every helmfile and script), so only
-        `--no-bootstrap` adds to the key.
+        `--no-bootstrap` adds to the key. `releases` says what its charts rendered to: a floating chart
+        version, or a registry that was unreachable, can change the findings of one commit.
         """
         if cache is None or snapshot.tree is None:
             return cls(None, None)
-        return cls(cache, versioned_key("findings", binary.version, snapshot.tree.oid, config.digest(), cluster, "bootstrap" if bootstrap else "bare"))
+        return cls(cache, versioned_key("findings", binary.version, snapshot.tree.oid, config.digest(), cluster, "bootstrap" if bootstrap else "bare", releases))
 
     def get(self) -> tuple[list[Finding], Any] | None:
         """The findings and cold-start result remembered, if any."""

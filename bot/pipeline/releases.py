@@ -1,0 +1,306 @@
+"""Render a cluster's HelmReleases as helm-controller would: sources resolved, charts fetched, rendered by Helm in workers.
+
+After the tiers render (bot/pipeline/renderer.py), each HelmRelease they apply is read
+(bot/engine/helmrelease.py), its chart source resolved against the objects the render holds, the archive
+fetched (bot/adapters/charts.py: allowed hosts only, bounded, cached by content) or packed from this
+repository, its values composed (bot/engine/helmvalues.py), and the chart rendered by Helm's own engine in
+a bounded worker (bot/adapters/helm.py). Renders are cached by everything that decides them. A chart that
+cannot be had is `chart-not-rendered` (grouped per source) and falls back to the knowledge base; a chart
+that fails at these values is an error, as helm-controller would fail the install.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from bot.adapters.cache import BuildCache, versioned_key
+from bot.adapters.charts import ChartFetcher
+from bot.adapters.helm import HelmRenderer
+from bot.adapters.workers import WorkerPool
+from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult
+from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy
+from bot.engine.config import RepoConfig
+from bot.engine.facts import TierFacts
+from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
+from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, api_versions, compose_values, mask_secret_values, release_objects
+from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
+from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
+from bot.engine.scope import cluster_scoped_kinds
+from bot.engine.tree import RepoTree
+
+# The objects a HelmRelease's chart and values are read from (source-controller's kinds, and valuesFrom's).
+SOURCE_KINDS = frozenset({"HelmRepository", "GitRepository", "OCIRepository", "HelmChart", "ExternalArtifact", "Bucket"})
+VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
+CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
+MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive
+MAX_CHART_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ChartOptions:
+    """How HelmReleases are rendered: whether at all, where charts may come from, and the workers' bounds."""
+
+    render: bool = True
+    policy: FetchPolicy = field(default_factory=FetchPolicy)
+    workers: int = 2
+    timeout: float = 30.0  # seconds one chart may render
+    max_rss: int = 1 << 30  # a worker's memory, in bytes
+    recycle_after: int = 200  # renders before a worker is replaced (keeps the bot's tree small)
+
+
+class ChartStage:
+    """One run's chart fetcher (an index is read once per run) and Helm workers, made on first use, closed with the run."""
+
+    def __init__(self, options: ChartOptions, cache_dir: Path | None, cache: BuildCache | None) -> None:
+        self.options = options
+        self.cache = cache
+        self._cache_dir = cache_dir
+        self._fetcher: ChartFetcher | None = None
+        self._pool: WorkerPool | None = None
+        self._helm: HelmRenderer | None = None
+
+    @property
+    def fetcher(self) -> ChartFetcher:
+        if self._fetcher is None:
+            self._fetcher = ChartFetcher(self.options.policy, self._cache_dir)
+        return self._fetcher
+
+    @property
+    def helm(self) -> HelmRenderer:
+        if self._helm is None:
+            opts = self.options
+            self._pool = WorkerPool(
+                opts.workers, task_timeout=opts.timeout, max_task_rss=opts.max_rss, recycle_after=opts.recycle_after, recycle_rss=opts.max_rss // 2
+            )
+            self._helm = HelmRenderer(self._pool, timeout=opts.timeout, max_rss=opts.max_rss)
+        return self._helm
+
+    def close(self) -> None:
+        """Stop the workers (the run is over)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = self._helm = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One HelmRelease to render: where it is, its spec, and what its render is keyed by."""
+
+    tier: TierId
+    manifest: Manifest
+    spec: ReleaseSpec
+
+
+def render_releases(
+    render: ClusterRender,
+    facts: Mapping[TierId, TierFacts],
+    stage: ChartStage,
+    config: RepoConfig,
+    snapshot: RepoTree,
+    *,
+    kube_version: str = DEFAULT_KUBE_VERSION,
+    touched: Callable[[ObjectRef], bool] = lambda _ref: False,
+) -> ClusterRender:
+    """The render with its HelmReleases' charts rendered (`ClusterRender.releases`) and the findings that produced."""
+    located = [(tid, m) for tid, f in facts.items() for m in f.helm_releases if not render.tiers[tid].spec.kube_config]
+    if not located or not stage.options.render:
+        return render
+    objects = _objects(render, facts, located)
+    findings: list[Finding] = []
+    jobs: list[_Job] = []
+    seen: set[ObjectRef] = set()
+    for tid, manifest in located:
+        if manifest.ref in seen:  # applied by two tiers: the first's (the tiers say it is redefined)
+            continue
+        seen.add(manifest.ref)
+        spec = parse_release(manifest, objects, config.is_this_repo)
+        if isinstance(spec, Finding):
+            findings.append(replace(spec, kustomization=tid))
+            continue
+        jobs.append(_Job(tid, manifest, spec))
+    crd_bodies = [m for key, m in objects.items() if key[0] == "CustomResourceDefinition"]
+    capabilities = api_versions(kube_version, crd_bodies)
+    scoped = cluster_scoped_kinds(crd_bodies)
+    with ThreadPoolExecutor(max_workers=max(1, stage.options.workers * 2), thread_name_prefix="chart") as pool:
+        outcomes = list(pool.map(lambda job: _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped), jobs))
+    releases: dict[ObjectRef, RenderedRelease] = {}
+    unavailable: list[tuple[ReleaseSpec, str, bool]] = []
+    for job, (release, release_findings) in zip(jobs, outcomes):
+        releases[job.manifest.ref] = release
+        findings.extend(replace(f, kustomization=f.kustomization or job.tier) for f in release_findings)
+        if release.outcome is Outcome.NOT_RENDERED:
+            unavailable.append((job.spec, release.reason, touched(job.manifest.ref)))
+    findings.extend(replace(f, kustomization=f.kustomization) for f in not_rendered_findings(unavailable))
+    return replace(render, releases=releases, findings=(*render.findings, *findings))
+
+
+def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: Sequence[tuple[TierId, Manifest]]) -> dict[tuple[str, str, str], Manifest]:
+    """The chart sources, values ConfigMaps/Secrets and CRDs the render holds, read only from the tiers that have them."""
+    wanted = _values_names(m for _, m in located)
+    out: dict[tuple[str, str, str], Manifest] = {}
+    for tid, tier_facts in facts.items():
+        kinds = {gk.kind for gk in tier_facts.kinds}
+        has_values = any(
+            (stub.ref.kind, stub.ref.namespace, stub.ref.name) in wanted
+            for kind in VALUES_KINDS for gk, stubs in tier_facts.kinds.items() if gk.group == "" and gk.kind == kind for stub in stubs
+        )
+        if not (kinds & SOURCE_KINDS or has_values or tier_facts.crds):
+            continue
+        for manifest in render.tiers[tid].manifests:
+            ref = manifest.ref
+            key = (ref.kind, ref.namespace, ref.name)
+            if ref.kind in SOURCE_KINDS or key in wanted or ref.group_kind == CRD:
+                out.setdefault(key, manifest)
+    return out
+
+
+def _values_names(manifests: Iterable[Manifest]) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of every ConfigMap and Secret a HelmRelease's valuesFrom names."""
+    out = set()
+    for manifest in manifests:
+        spec = manifest.body.get("spec")
+        refs = spec.get("valuesFrom") if isinstance(spec, Mapping) else None
+        for ref in refs if isinstance(refs, list) else ():
+            if isinstance(ref, Mapping) and ref.get("kind") in VALUES_KINDS and isinstance(ref.get("name"), str):
+                out.add((str(ref["kind"]), manifest.ref.namespace, ref["name"]))
+    return out
+
+
+def _render_one(
+    job: _Job,
+    objects: Mapping[tuple[str, str, str], Manifest],
+    stage: ChartStage,
+    snapshot: RepoTree,
+    kube_version: str,
+    capabilities: tuple[str, ...],
+    scoped: Callable[[GroupKind], bool],
+) -> tuple[RenderedRelease, list[Finding]]:
+    """One HelmRelease: its chart fetched (or packed), values composed, rendered (cached), read into objects."""
+    spec = job.spec
+    base = RenderedRelease(
+        ref=spec.ref, tier=job.tier, outcome=Outcome.NOT_RENDERED, location=spec.origin, release_name=spec.release_name, namespace=spec.namespace,
+    )
+    plan = spec.chart
+    if isinstance(plan, ChartUnavailable):
+        return replace(base, reason=plan.reason, source=str(plan.source or "")), []
+    base = replace(base, source=f"{plan.source.kind} {plan.source.namespace}/{plan.source.name}", chart=posixpath.basename(plan.chart.rstrip("/")) or plan.chart)
+    if plan.kind == "git-remote":
+        return replace(base, reason=f"the chart is in another Git repository ({plan.url}), which is not fetched"), []
+    try:
+        chart = _fetch(plan, stage.fetcher, snapshot)
+    except ChartFetchError as exc:
+        return replace(base, reason=f"{exc.reason}: {exc}"), []
+    values = compose_values(spec, objects)
+    findings = list(values.missing)
+    request = ChartRenderRequest(
+        archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
+        release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
+    )
+    result = _rendered(stage, request, chart.digest)
+    if isinstance(result, ChartRenderFailure):
+        failed = replace(base, outcome=Outcome.FAILED, version=chart.version, reason=result.message)
+        check = "render-limit" if result.kind in ("timeout", "memory", "output") else "chart-render-failed"
+        what = "helm-controller would fail the install" if check == "chart-render-failed" else "the render was stopped"
+        message = f"HelmRelease {spec.ref.namespace}/{spec.ref.name}: chart {chart.name} {chart.version} fails to render ({what}): {result.message}"
+        return failed, [*findings, Finding(check, Severity.ERROR, message, object=spec.ref, location=spec.origin)]
+    secrets = values.from_secrets
+    files = [(path, mask_secret_values(text, secrets) if secrets else text) for path, text in result.manifests]
+    label = f"{result.chart_name} {result.chart_version}"
+    objects_of = release_objects(files, result.crds, spec, scoped, chart=label)
+    findings.extend(objects_of.findings)
+    release = replace(
+        base, outcome=Outcome.RENDERED, chart=result.chart_name, version=result.chart_version,
+        manifests=objects_of.manifests, crds=objects_of.crds,
+    )
+    return release, findings
+
+
+def _fetch(plan: ChartPlan, fetcher: ChartFetcher, snapshot: RepoTree) -> FetchedChart:
+    """The chart archive a plan names: from a repository, a registry, or packed from this repository's tree."""
+    if plan.kind == "git":
+        return pack_chart(snapshot, plan.chart)
+    if plan.kind == "http":
+        return fetcher.http_chart(plan.url, plan.chart, plan.version or "*", secret_ref=plan.secret_ref)
+    how, value = plan.reference
+    return fetcher.oci_chart(
+        plan.url,
+        tag=value if how == "tag" else None,
+        semver=value if how == "semver" else None,
+        digest=value if how == "digest" else None,
+        insecure=plan.insecure,
+        secret_ref=plan.secret_ref,
+        layer_media_type=plan.layer_media_type,
+    )
+
+
+def _rendered(stage: ChartStage, request: ChartRenderRequest, digest: str) -> ChartRenderResult | ChartRenderFailure:
+    """Helm's render of a request, from the cache when the same chart, values and capabilities were rendered before."""
+    key = None
+    if stage.cache is not None:
+        decided = {k: v for k, v in request.__dict__.items() if k != "archive"}
+        key = versioned_key("helm-render", digest, json.dumps(decided, sort_keys=True, default=str))
+        hit = stage.cache.get(key)
+        if hit is not None:
+            return hit
+    result = stage.helm.render(request)
+    # A stopped render (time, memory) may pass on a quieter machine: never remembered.
+    if key is not None and not (isinstance(result, ChartRenderFailure) and result.kind in ("timeout", "memory")):
+        stage.cache.put(key, result)  # type: ignore[union-attr]
+    return result
+
+
+def pack_chart(snapshot: RepoTree, path: str) -> FetchedChart:
+    """A chart directory of this repository as a deterministic archive (what source-controller packages from Git)."""
+    root = path.strip("/")
+    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
+        raise ChartFetchError("not-found", f"no chart at ./{root} (no Chart.yaml) in this repository")
+    name = posixpath.basename(root) or "chart"
+    buffer = io.BytesIO()
+    count = size = 0
+    # gzip's header carries a time: mtime 0 keeps the archive, and so its digest and cache keys, stable.
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed, tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        stack = [root]
+        while stack:
+            directory = stack.pop()
+            dirs, files = snapshot.list_dir(directory)
+            stack.extend(posixpath.join(directory, d) for d in sorted(dirs, reverse=True))
+            for file_name in sorted(files):
+                rel = posixpath.join(directory, file_name)
+                data = snapshot.read_bytes(rel)
+                if data is None:
+                    continue
+                count, size = count + 1, size + len(data)
+                if count > MAX_CHART_FILES or size > MAX_CHART_BYTES:
+                    raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
+                info = tarfile.TarInfo(posixpath.join(name, posixpath.relpath(rel, root)))
+                info.size, info.mtime, info.mode = len(data), 0, 0o644
+                tar.addfile(info, io.BytesIO(data))
+    archive = buffer.getvalue()
+    version = _chart_version(snapshot.read_text(posixpath.join(root, "Chart.yaml")) or "")
+    digest = "sha256:" + hashlib.sha256(archive).hexdigest()
+    return FetchedChart(archive=archive, name=name, version=version, digest=digest, url=f"./{root}")
+
+
+def _chart_version(chart_yaml: str) -> str:
+    for line in chart_yaml.splitlines():
+        if line.startswith("version:"):
+            return line.partition(":")[2].strip().strip("'\"")
+    return ""
+
+
+def releases_key(render: ClusterRender) -> str:
+    """What a cluster's findings depend on beyond its commit: each release's chart, version and outcome."""
+    parts = sorted((str(r.ref), r.outcome.value, r.chart, r.version or "", r.reason) for r in render.releases.values())
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+__all__ = ["ChartOptions", "ChartStage", "pack_chart", "releases_key", "render_releases"]
