@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from bot.engine.errors import ConfigError, InputError
 from bot.engine.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
 from bot.engine.generate import KustomizationIndex
+from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
 from bot.engine.model import Manifest, ObjectRef, SourceRef, TierId
 from bot.engine.tree import RepoTree
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, normalise_repo_path
@@ -78,6 +79,12 @@ class RepoConfig:
     required_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     graph_drift_ignore: tuple[DriftIgnore, ...] = ()  # differences between clusters that are meant
     bootstrap: BootstrapConfig = BootstrapConfig()  # declared presence before Flux (see bot/engine/bootstrap.py)
+    # cluster -> the Kubernetes version its charts render against (`.Capabilities.KubeVersion`)
+    kube_versions: Mapping[str, str] = field(default_factory=dict)
+
+    def kube_version(self, cluster: str) -> str:
+        """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
+        return self.kube_versions.get(cluster, DEFAULT_KUBE_VERSION)
 
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
@@ -117,6 +124,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         required_tiers=_required_tiers(doc.get("clusters") or {}),
         graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
         bootstrap=_bootstrap(doc.get("bootstrap")),
+        kube_versions=_kube_versions(doc.get("clusters") or {}),
     )
 
 
@@ -152,6 +160,24 @@ def _required_tiers(raw: Any) -> dict[str, tuple[str, ...]]:
         if not isinstance(tiers, list) or not all(isinstance(t, str) and t.strip() for t in tiers):
             raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `required_tiers` must be a list of tier names")
         out[str(name)] = tuple(t.strip() for t in tiers)
+    return out
+
+
+_KUBE_VERSION = re.compile(r"v?1\.\d{1,3}(?:\.\d{1,3})?")
+
+
+def _kube_versions(raw: Any) -> dict[str, str]:
+    """`clusters: {prod: {path: ..., kube_version: "1.31"}}`: the version prod's charts render against."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        version = spec.get("kube_version") if isinstance(spec, dict) else None
+        if version is None:
+            continue
+        text = str(version).strip()
+        if not _KUBE_VERSION.fullmatch(text):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `kube_version` must look like 1.31 or v1.31.2 (got {text!r})")
+        text = text if text.startswith("v") else f"v{text}"
+        out[str(name)] = text if text.count(".") == 2 else f"{text}.0"
     return out
 
 

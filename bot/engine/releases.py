@@ -12,12 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from bot.engine.diff import ClusterDiff, ObjectChange, diff_clusters
+from bot.engine.helmvalues import fold_churn
 from bot.engine.model import Finding, ObjectRef, SourceRef, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
 
-# Labels a chart stamps with its own version: every object changes on every bump, which says nothing
-# (the chart's version is in the release's heading). https://helm.sh/docs/chart_best_practices/labels/
-CHURN_LABELS = ("helm.sh/chart", "app.kubernetes.io/version")
 
 
 @dataclass(frozen=True)
@@ -60,27 +58,6 @@ class ReleaseChanges:
 def release_tier_id(ref: ObjectRef) -> TierId:
     """The id a HelmRelease's objects are diffed under (a HelmRelease is namespaced: namespace/name)."""
     return TierId(ref.namespace, ref.name)
-
-
-def fold_churn(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A chart's object without the labels that change with every chart version (metadata and pod templates)."""
-    out = dict(body)
-    meta = out.get("metadata")
-    if isinstance(meta, Mapping):
-        out["metadata"] = _without_churn(meta)
-    spec = out.get("spec")
-    if isinstance(spec, Mapping):
-        template = spec.get("template")
-        if isinstance(template, Mapping) and isinstance(template.get("metadata"), Mapping):
-            out["spec"] = {**spec, "template": {**template, "metadata": _without_churn(template["metadata"])}}
-    return out
-
-
-def _without_churn(meta: Mapping[str, Any]) -> dict[str, Any]:
-    labels = meta.get("labels")
-    if not isinstance(labels, Mapping) or not any(k in labels for k in CHURN_LABELS):
-        return dict(meta)
-    return {**meta, "labels": {k: v for k, v in labels.items() if k not in CHURN_LABELS}}
 
 
 def _as_tier(release: RenderedRelease) -> RenderedTier:

@@ -64,6 +64,8 @@ class CheckReport:
     order: tuple[TierId, ...]
     findings: tuple[Finding, ...]
     cold_start: ColdStart | None = None  # the simulated cold start (bot/engine/coldstart.py)
+    releases: int = 0  # HelmReleases whose charts were rendered
+    releases_not_rendered: int = 0  # HelmReleases whose charts could not be had (never a silent pass)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -97,6 +99,8 @@ class CheckReport:
         }
         if self.cold_start is not None:
             out["cold_start"] = self.cold_start.to_json()
+        if self.releases or self.releases_not_rendered:
+            out["helmReleases"] = {"rendered": self.releases, "notRendered": self.releases_not_rendered}
         return out
 
 
@@ -132,7 +136,9 @@ def verdict_line(report: CheckReport) -> str:
     if report.warnings:
         parts.append(plural(report.warnings, "warning"))
     summary = ", ".join(parts) if parts else "no errors or warnings"
-    return f"{icon} {report.cluster}: {summary} ({plural(len(report.tiers), 'tier')}, {plural(report.objects, 'object')})"
+    charts = f", {plural(report.releases, 'chart')} rendered" if report.releases else ""
+    missing = f" · {plural(report.releases_not_rendered, 'HelmRelease')} not rendered" if report.releases_not_rendered else ""
+    return f"{icon} {report.cluster}: {summary} ({plural(len(report.tiers), 'tier')}, {plural(report.objects, 'object')}{charts}){missing}"
 
 
 def format_text(report: CheckReport) -> str:

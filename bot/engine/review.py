@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, replace
 
 from bot.engine.config import CONFIG_FILE
+from bot.engine.releases import ReleaseChanges
 from bot.engine.diff import ClusterDiff
 from bot.engine.model import Finding, Severity, SourceLocation, TierId
 from bot.engine.report import CheckReport
@@ -36,6 +37,7 @@ class ClusterReview:
     precondition_tiers: frozenset[TierId] = frozenset()
     cold_start_change: str | None = None  # `this change resolves a cold-start deadlock` (bot/engine/coldstart.py compare)
     resolved: tuple[Finding, ...] = ()  # base findings the head no longer has (what the change fixes)
+    releases: ReleaseChanges = ReleaseChanges()  # how the change moves each HelmRelease's rendered chart
 
     @property
     def new_errors(self) -> int:

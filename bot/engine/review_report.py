@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from bot.engine import markdown as md
+from bot.engine.releases import ReleaseDiff, release_tier_id
 from bot.engine.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
 from bot.engine.model import Finding, Severity, TierId
 from bot.engine.report import SEVERITY_ICON
@@ -80,6 +81,11 @@ def review_verdict_line(review: ClusterReview) -> str:
     moved = len(review.diff.moves)
     if moved:
         bits.append(f"{_plural(moved, 'object')} moved")
+    charts = len(review.releases.releases)
+    if charts:
+        bits.append(f"{_plural(charts, 'HelmRelease')} rendered differently")
+    if review.head.releases_not_rendered:
+        bits.append(f"{_plural(review.head.releases_not_rendered, 'HelmRelease')} not rendered")
     return f"{icon} {review.cluster}: " + " · ".join(bits)
 
 
@@ -258,7 +264,13 @@ def format_review_text(review: ClusterReview) -> str:
     for label, ids in extra:
         if ids:
             lines.append(f"{label}: {', '.join(str(t) for t in ids)}")
-    if not tiers and not any(ids for _, ids in extra):
+    releases = review.releases.releases
+    if releases:
+        lines.append("charts (each HelmRelease's rendered objects):")
+    for release in releases:
+        lines.append(f"  {release.summary()}")
+        lines.extend(_text_change(c) for c in release.changes)
+    if not tiers and not releases and not any(ids for _, ids in extra):
         lines.append("no rendered changes")
     return "\n".join(lines) + "\n"
 
@@ -298,6 +310,25 @@ def review_to_json(review: ClusterReview) -> dict[str, Any]:
             }
             for t in _ordered_tiers(review)
             for c in t.changes
+        ] + [
+            {
+                "tier": str(r.tier),
+                "helmRelease": f"{r.ref.namespace}/{r.ref.name}",
+                "kind": c.kind.value,
+                "object": c.ref.to_json(),
+                "from_tier": None,
+                "lines": c.lines_changed,
+                "fields": list(c.fields),
+            }
+            for r in review.releases.releases
+            for c in r.changes
+        ],
+        "releases": [
+            {
+                "helmRelease": f"{r.ref.namespace}/{r.ref.name}", "tier": str(r.tier), "chart": r.chart,
+                "from": r.base_version, "to": r.head_version, "summary": r.summary(),
+            }
+            for r in review.releases.releases
         ],
         "changedTiers": sorted(str(t) for t in review.changed_tiers),
         "addedTiers": [str(t) for t in review.diff.added_tiers],
@@ -520,6 +551,17 @@ def _tier_open(review: ClusterReview, tier: TierDiff, continued: bool = False) -
     return f"<details><summary>{text}</summary>\n\n"
 
 
+def _release_open(release: ReleaseDiff, tier: TierDiff, continued: bool = False) -> str:
+    """`HelmRelease default/webapp · chart webapp 1.0.0 → 1.1.0 · in flux-system/apps · 2 objects: ~2, 14 lines`."""
+    name = f"<b>HelmRelease {md.html(f'{release.ref.namespace}/{release.ref.name}')}</b>" + (" (continued)" if continued else "")
+    versions = release.head_version or release.base_version or ""
+    if release.base_version and release.head_version and release.base_version != release.head_version:
+        versions = f"{release.base_version} → {release.head_version}"
+    chart = md.html(f"chart {release.chart} {versions}".rstrip())
+    summary = f"{_plural(len(tier.changes), 'object')}: {_kind_counts(tier.changes)}, {_plural(tier.size, 'line')}"
+    return f"<details><summary>{name} · {chart} · in {md.html(release.tier)} · {summary}</summary>\n\n"
+
+
 TIER_CLOSE = "</details>\n\n"
 
 
@@ -539,7 +581,12 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
     ]
     note_lines = [f"- {label}: {_name_list(ids)}." for label, ids in notes if ids]
     short_notes = [f"- {label}: {len(ids):,}." for label, ids in notes if ids]
-    if not review.diff.tiers and not any(ids for _, ids in notes):
+    releases = review.releases.releases
+    charts = [f"- {md.text(r.summary())}" for r in releases[:LIST_CAP]]
+    if len(releases) > LIST_CAP:
+        charts.append(f"- and {len(releases) - LIST_CAP:,} more HelmReleases rendered differently.")
+    note_lines, short_notes = charts + note_lines, (charts[:3] if charts else []) + short_notes
+    if not review.diff.tiers and not releases and not any(ids for _, ids in notes):
         note_lines = short_notes = ["No rendered changes."]
     head = md.code(_short(review.head_sha)) if review.head_sha else "the working tree"
     heading = f"---\n\n#### {md.text(review.cluster)} · base {md.code(_short(review.base_sha))} → head {head}\n\n"
@@ -845,11 +892,21 @@ def _page_cluster(pages: _Pages, review: ClusterReview) -> None:
             pages.omit(len(tier.changes), 1)
             continue
         _page_tier(pages, review, tier, continued)
+    for release in review.releases.releases:
+        if not release.changes:
+            continue
+        if pages.full:
+            pages.omit(len(release.changes), 1)
+            continue
+        _page_tier(pages, review, TierDiff(release_tier_id(release.ref), release.changes), continued, release)
 
 
-def _page_tier(pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str) -> None:
-    """Add a tier's changes; a tier cut by a new part reopens there under the cluster's continued heading."""
-    opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)
+def _page_tier(pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str, release: ReleaseDiff | None = None) -> None:
+    """Add a tier's (or a HelmRelease's) changes; one cut by a new part reopens there under the cluster's continued heading."""
+    if release is not None:
+        opening, reopening = _release_open(release, tier), _release_open(release, tier, continued=True)
+    else:
+        opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)
     max_block = pages.budget - len(continued) - len(reopening) - len(TIER_CLOSE)
     is_open, shown = False, 0
     for index, change in enumerate(tier.changes):

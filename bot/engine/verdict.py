@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.engine.coldstart import ColdStart
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural
-from bot.engine.rendered import ClusterRender, RenderedTier
+from bot.engine.rendered import Outcome, ClusterRender, RenderedTier
 from bot.engine.report import CheckReport, TierSummary
 
 NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"
@@ -84,4 +84,6 @@ def build_report(render: ClusterRender, graph: TierGraph, findings: list[Finding
         order=tuple(order),
         findings=tuple(sorted(unique, key=Finding.sort_key)),
         cold_start=cold_start,
+        releases=sum(1 for r in render.releases.values() if r.rendered),
+        releases_not_rendered=sum(1 for r in render.releases.values() if r.outcome is Outcome.NOT_RENDERED),
     )

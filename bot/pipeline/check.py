@@ -71,7 +71,11 @@ def render_repository(
         raise UserError(f"{repo} is not a directory")
     with open_run(options) as run:
         session = run.tree(repo, config=config)
-        render = session.renderer().render_cluster(cluster, cluster_entry(session.config, cluster, session.snapshot))
+        renderer = session.renderer()
+        render = renderer.render_cluster(cluster, cluster_entry(session.config, cluster, session.snapshot))
+        if renderer.charts is not None:
+            facts = FactsStore(default_knowledge(), renderer.cache, renderer.memo).of_render(render)
+            render = render_releases(render, facts, renderer.charts, session.config, session.snapshot, kube_version=session.config.kube_version(cluster))
         yield BuiltCluster(render, tuple(apply_order(render, TierGraph(t.spec for t in render.tiers.values()))))
 
 

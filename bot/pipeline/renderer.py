@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
@@ -84,8 +84,10 @@ class Renderer:
         cache: BuildCache | None,
         memo: RunMemo,
         limits: RenderLimits = RenderLimits(),
+        charts: "ChartStage | None" = None,
     ) -> None:
         self.snapshot = snapshot
+        self.charts = charts  # the run's chart fetcher and Helm workers (bot/pipeline/releases.py); None: charts not rendered
         self.config = config
         self.binary = binary
         self.jobs = jobs or default_jobs()

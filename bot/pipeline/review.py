@@ -13,6 +13,7 @@ from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine.errors import UserError
 from bot.engine.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
 from bot.engine.model import Finding, TierId
+from bot.engine.releases import diff_releases
 from bot.engine.review import ClusterReview, mark_new, resolved_findings, with_config_notice
 from bot.engine.verdict import build_report
 from bot.pipeline.check import Analysis, analyse
@@ -92,6 +93,7 @@ def _review(
     live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None,
 ) -> ClusterReview:
     diff = diff_clusters(base.render if base else None, head.render)
+    releases = diff_releases(base.render if base else None, head.render)
     transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
     findings = [*head.report.findings, *transient]
     report = build_report(head.render, head.graph, findings, head.report.cold_start)
@@ -100,6 +102,7 @@ def _review(
     if base:
         touched |= {tid for tid, tier in base.render.tiers.items() if tier.inputs & changed}
     touched |= diff.changed_tiers()
+    touched |= {r.tier for r in releases.releases}
     precondition_tiers: frozenset[TierId] = frozenset()
     if live is not None:
         precondition_tiers, live_findings = _live_preconditions(cluster, live, fetch_objects, diff, base, head, touched)
@@ -118,6 +121,7 @@ def _review(
         precondition_tiers=precondition_tiers,
         cold_start_change=compare(base.report.cold_start if base else None, head.report.cold_start),
         resolved=resolved_findings(report.findings, base.report.findings) if base else (),
+        releases=releases,
     )
 
 

@@ -19,6 +19,7 @@ from bot.adapters.workspace import Snapshot, build_snapshot
 from bot.engine.config import RepoConfig, snapshot_config
 from bot.engine.discovery import RenderLimits
 from bot.pipeline.memo import RunMemo
+from bot.pipeline.releases import ChartOptions, ChartStage
 from bot.pipeline.renderer import Renderer
 
 
@@ -31,6 +32,7 @@ class CheckOptions:
     timeout: float = 120.0
     cache_dir: Path | None = None  # None: no on-disk cache
     bootstrap: bool = True  # False (`--no-bootstrap`): judge a bare cluster, nothing installed before Flux
+    charts: ChartOptions = field(default_factory=ChartOptions)  # how HelmReleases' charts are fetched and rendered
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,12 @@ class Session:
     jobs: int | None = None
     timeout: float = 120.0
     memo: RunMemo = field(default_factory=RunMemo)  # shared by the sessions of one run (both sides of a review)
+    charts: ChartStage | None = None  # the run's chart fetcher and Helm workers; None: HelmReleases are not rendered
 
     @classmethod
     def of(
         cls, snapshot: Snapshot, binary: KustomizeBinary, options: CheckOptions = CheckOptions(), *, cache: BuildCache | None = None,
-        config: RepoConfig | None = None, memo: RunMemo | None = None,
+        config: RepoConfig | None = None, memo: RunMemo | None = None, charts: ChartStage | None = None,
     ) -> "Session":
         """A session of a snapshot with `config`; None: the snapshot's own `.fluxwarden.yaml` (a UserError when unreadable).
 
@@ -57,13 +60,14 @@ class Session:
         """
         return cls(
             snapshot, config if config is not None else snapshot_config(snapshot), binary, cache, options.jobs, options.timeout,
-            memo if memo is not None else RunMemo(),
+            memo if memo is not None else RunMemo(), charts,
         )
 
     def renderer(self, limits: RenderLimits = RenderLimits()) -> Renderer:
         """A renderer of this session's snapshot (its builds, finished tiers and facts go to the session's memos)."""
         return Renderer(
-            self.snapshot, self.config, self.binary, jobs=self.jobs, timeout=self.timeout, cache=self.cache, memo=self.memo, limits=limits
+            self.snapshot, self.config, self.binary, jobs=self.jobs, timeout=self.timeout, cache=self.cache, memo=self.memo, limits=limits,
+            charts=self.charts,
         )
 
 
@@ -77,6 +81,7 @@ class Run:
     work: Path
     stack: ExitStack
     memo: RunMemo = field(default_factory=RunMemo)
+    charts: ChartStage | None = None
 
     def tree(self, path: Path, *, config: RepoConfig | None = None, name: str = "tree") -> Session:
         """The session of a working tree (snapshotted under the run's scratch directory)."""
@@ -90,7 +95,7 @@ class Run:
 
     def session(self, snapshot: Snapshot, *, config: RepoConfig | None = None) -> Session:
         """The session of a snapshot (see `Session.of`), sharing this run's cache and memo."""
-        return Session.of(snapshot, self.binary, self.options, cache=self.cache, config=config, memo=self.memo)
+        return Session.of(snapshot, self.binary, self.options, cache=self.cache, config=config, memo=self.memo, charts=self.charts)
 
 
 @contextmanager
@@ -98,7 +103,10 @@ def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarde
     """A run with `options.cache_dir`'s cache (None: none): kustomize located, its scratch directory removed at the end."""
     binary = locate_kustomize(options.kustomize)
     with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:
-        yield Run(binary, cache, options, Path(tmp), stack)
+        charts = ChartStage(options.charts, options.cache_dir, cache) if options.charts.render else None
+        if charts is not None:
+            stack.callback(charts.close)
+        yield Run(binary, cache, options, Path(tmp), stack, charts=charts)
 
 
 @contextmanager

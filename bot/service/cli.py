@@ -14,7 +14,9 @@ from bot import __version__
 from bot.adapters.cache import default_cache_dir
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
+from bot.engine.chartsource import FetchPolicy
 from bot.pipeline.check import CheckOptions, check_repository, tune_gc
+from bot.pipeline.releases import ChartOptions
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.report import format_markdown, format_text
 from bot.adapters.workspace import read_config_text
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --base: each side reads its own commit's .fluxwarden.yaml (default: the working tree's, for both sides)",
     )
     _cache_arguments(check)
+    _chart_arguments(check)
     check.add_argument(
         "--no-bootstrap", action="store_true",
         help="judge a bare cluster: nothing the repository installs before Flux (helmfiles, scripts, bootstrap: in .fluxwarden.yaml) is assumed present",
@@ -75,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="print a cluster's rendered objects (what kustomize-controller would apply) as YAML")
     build.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
     build.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
-    build.add_argument("--tier", action="append", default=[], metavar="NS/NAME", help="only this Kustomization (repeatable; default: every tier)")
+    build.add_argument(
+        "--tier", action="append", default=[], metavar="NS/NAME",
+        help="only this Kustomization, or this HelmRelease's chart (HelmRelease/NS/NAME; repeatable; default: every tier)",
+    )
     build.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     build.add_argument("--show-secrets", action="store_true", help="print Secret values as git has them (SOPS values stay encrypted)")
     build.add_argument("--output", type=Path, help="write the YAML here instead of stdout")
@@ -83,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
     build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     _cache_arguments(build)
+    _chart_arguments(build)
     demo = sub.add_parser("demo", help="review the bundled example's CDI fix as a PR: the incident, and what the fix changes")
     demo.add_argument("--example", type=Path, help="the bundled example (default: examples/home-ops, from the Fluxwarden checkout)")
     demo.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
@@ -126,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     cache_dir = _cache_dir(args)
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap)
+    options = CheckOptions(
+        kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap, charts=_charts(args),
+    )
     if args.head and not args.base:
         raise UserError("--head needs --base")
     if (args.kubeconfig or args.context) and not args.live:
@@ -243,6 +252,30 @@ def _cache_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="build every tier, read and write no cache")
 
 
+def _chart_arguments(parser: argparse.ArgumentParser) -> None:
+    """How HelmReleases' charts are fetched: mirrors, hosts a private address may be reached at, offline, or not at all."""
+    parser.add_argument("--chart-mirror", action="append", default=[], metavar="HOST=URL", help="fetch HOST's charts from URL (repeatable)")
+    parser.add_argument(
+        "--allow-chart-host", action="append", default=[], metavar="HOST[:PORT]",
+        help="also fetch charts from this host, even at a private or loopback address (repeatable)",
+    )
+    parser.add_argument("--offline", action="store_true", help="render charts from the cache and mirrors only")
+    parser.add_argument("--no-charts", action="store_true", help="do not render HelmReleases' charts (the knowledge base judges their CRDs)")
+
+
+def _charts(args: argparse.Namespace) -> ChartOptions:
+    """The chart options a command's flags give (credentials never come from a flag: see the service settings)."""
+    mirrors = {}
+    for item in args.chart_mirror:
+        host, sep, url = item.partition("=")
+        if not sep or not host.strip() or not url.startswith(("http://", "https://", "oci://")):
+            raise UserError(f"--chart-mirror takes HOST=URL with an http(s):// or oci:// URL (got {item!r})")
+        mirrors[host.strip().lower()] = url.strip()
+    allowed = frozenset(h.strip().lower() for h in args.allow_chart_host if h.strip())
+    policy = FetchPolicy(allow_hosts=allowed, mirrors=mirrors, offline=args.offline)
+    return ChartOptions(render=not args.no_charts, policy=policy)
+
+
 def _cache_dir(args: argparse.Namespace) -> Path | None:
     """The build cache a command uses (None: --no-cache)."""
     return None if args.no_cache else (args.cache_dir or default_cache_dir())
@@ -299,15 +332,15 @@ def _build(args: argparse.Namespace) -> int:
     """Print the rendered objects: 0 rendered, 1 a requested tier failed or was not rendered (findings on stderr), 2 usage."""
     from bot.engine.verdict import nothing_rendered
     from bot.pipeline.check import render_repository
-    from bot.pipeline.export import build_findings, format_build, select_tiers, tier_problem
+    from bot.pipeline.export import build_findings, format_build, select_tiers, selected_releases, tier_problem
 
     cache_dir = _cache_dir(args)
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir)
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, charts=_charts(args))
     with render_repository(args.repo, args.cluster, options, config=_config(args)) as built:
         tiers = select_tiers(built, args.tier)  # an unknown tier is a UserError: exit 2
         everything = not args.tier
         findings = build_findings(built, tiers, everything) + (nothing_rendered(built.render) if everything else [])
-        text = format_build(built, tiers, show_secrets=args.show_secrets)
+        text = format_build(built, tiers, show_secrets=args.show_secrets, releases=selected_releases(built, args.tier))
         failed = any(tier_problem(built.render.tiers[t]) for t in tiers) if args.tier else any(built.render.tiers[t].failed for t in tiers)
     for finding in findings:
         where = f" ({finding.location})" if finding.location else ""

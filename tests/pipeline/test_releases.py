@@ -1,0 +1,188 @@
+"""HelmReleases rendered with Helm's own engine, in their tier: charts in git, objects, CRDs, deadlocks, reviews, build.
+
+Real parts: real git repositories, real kustomize, real Helm (helm-python-sdk) in spawned workers.
+Charts from HTTP repositories and OCI registries: tests/pipeline/test_release_sources.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.engine.model import Severity
+from bot.engine.rendered import Outcome
+from bot.engine.review_report import format_review_text, review_to_json
+from bot.pipeline.check import CheckOptions, check_repository, render_repository
+from bot.pipeline.export import format_build, select_tiers, selected_releases
+from bot.pipeline.review import review_repository
+from tests.fakes.charts import write_chart
+from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
+from tests.gitrepo import commit_all, init_repo
+
+FLUX = "flux-system"
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}
+  labels:
+    helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+    app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: "nginx:{{ .Values.tag }}"
+          ports: [{containerPort: {{ .Values.port }}}]
+"""
+WIDGET_CRD = dump(crd("example.com", "Widget", "widgets"))
+
+
+def helm_release(name: str, chart: str, *, namespace: str = "default", values: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    """A HelmRelease whose chart is a path of this repository (GitRepository flux-system)."""
+    body: dict[str, Any] = {
+        "interval": "10m",
+        "chart": {"spec": {"chart": chart, "sourceRef": {"kind": "GitRepository", "name": FLUX, "namespace": FLUX}}},
+    }
+    if values is not None:
+        body["values"] = values
+    body.update(spec)
+    return obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, namespace, spec=body)
+
+
+def _repo(tmp_path: Path, apps: list[dict[str, Any]], *, version: str = "1.0.0", tag: str = "1.25", crds: bool = False, later: list[dict[str, Any]] | None = None) -> Path:
+    tiers: dict[str, dict[str, Any]] = {"apps": ks("apps", "./apps", wait=True)}
+    files = {"apps/kustomization.yaml": kustomization("release.yaml"), "apps/release.yaml": dump(*apps)}
+    if later is not None:
+        tiers["widgets"] = ks("widgets", "./widgets", depends_on=["apps"])
+        files |= {"widgets/kustomization.yaml": kustomization("widgets.yaml"), "widgets/widgets.yaml": dump(*later)}
+    repo = write_tree(tmp_path / "repo", flux_repo(tiers, files))
+    write_chart(
+        repo / "charts", "webapp", version, app_version=version,
+        templates={"deployment.yaml": DEPLOYMENT}, values={"replicas": 1, "tag": tag, "port": 80},
+        crds={"widgets.yaml": WIDGET_CRD} if crds else None,
+    )
+    return repo
+
+
+def test_a_chart_in_git_renders_in_its_tier(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp", values={"replicas": 3})])
+    with render_repository(repo, "dev", CheckOptions()) as built:
+        [release] = built.render.releases.values()
+        assert release.outcome is Outcome.RENDERED and (release.chart, release.version) == ("webapp", "1.0.0")
+        [deployment] = release.manifests
+        assert (str(deployment.ref), deployment.body["spec"]["replicas"]) == ("Deployment/default/web", 3)
+        text = format_build(built, select_tiers(built, []))
+    # `fluxwarden build`: the release's objects follow its Kustomization's own, under their heading.
+    assert text.index("# Kustomization flux-system/apps") < text.index("# HelmRelease default/web (chart webapp 1.0.0)") < text.index("kind: Deployment")
+    assert "replicas: 3" in text
+
+
+def test_build_tier_takes_a_helmrelease(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp"), helm_release("other", "./charts/webapp")])
+    with render_repository(repo, "dev", CheckOptions()) as built:
+        wanted = ["HelmRelease/default/web"]
+        text = format_build(built, select_tiers(built, wanted), releases=selected_releases(built, wanted))
+    assert text.startswith("# HelmRelease default/web (chart webapp 1.0.0)\n") and "other" not in text
+
+
+def test_a_cr_beside_the_helmrelease_that_installs_its_crd_is_a_deadlock(tmp_path: Path) -> None:
+    # The cold-start deadlock of 2026: the Widget's dry-run fails, so nothing in `apps` is applied, the
+    # HelmRelease is never created, its chart never installed, and the Widget CRD never appears.
+    widget = obj("example.com/v1", "Widget", "w", "default")
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp"), widget], crds=True)
+    report = check_repository(repo, "dev", CheckOptions())
+    errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    assert [f.check for f in errors] == ["second-order-crd"], [f"{f.check}: {f.message}" for f in report.findings]
+    assert "chart webapp of HelmRelease default/web" in errors[0].message and "Widget" in errors[0].message
+    assert not [f for f in report.findings if f.check == "unknown-kind"]
+
+
+def test_the_same_cr_in_a_later_waited_tier_is_fine(tmp_path: Path) -> None:
+    widget = obj("example.com/v1", "Widget", "w", "default")
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")], crds=True, later=[widget])
+    report = check_repository(repo, "dev", CheckOptions())
+    assert not [f for f in report.findings if f.severity is not Severity.INFO], [f"{f.check}: {f.message}" for f in report.findings]
+
+
+def test_a_kind_no_rendered_chart_provides_is_not_credited_to_it(tmp_path: Path) -> None:
+    # The chart renders without CRDs: a Widget next to it is unknown, not "provided by the chart".
+    widget = obj("example.com/v1", "Widget", "w", "default")
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")], later=[widget])
+    report = check_repository(repo, "dev", CheckOptions())
+    assert [f.check for f in report.findings if f.severity is not Severity.INFO] == ["unknown-kind"]
+
+
+def test_a_template_that_fails_at_the_pr_values_is_an_error(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    (repo / "charts/webapp/templates/required.yaml").write_text('{{ required "tag must be set" .Values.mustHave }}\n')
+    report = check_repository(repo, "dev", CheckOptions())
+    [failed] = [f for f in report.findings if f.check == "chart-render-failed"]
+    assert failed.severity is Severity.ERROR and "tag must be set" in failed.message and "helm-controller would fail the install" in failed.message
+
+
+def _commit(repo: Path) -> tuple[Any, str]:
+    git = init_repo(repo)
+    return git, git.head.commit.hexsha
+
+
+def test_a_chart_bump_reviews_the_objects_it_changes(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    git, base = _commit(repo)
+    chart = repo / "charts/webapp"
+    (chart / "Chart.yaml").write_text((chart / "Chart.yaml").read_text().replace("1.0.0", "1.1.0"))
+    (chart / "values.yaml").write_text("replicas: 1\ntag: '1.27'\nport: 8080\n")
+    head = commit_all(git, "bump webapp to 1.1.0")
+    review = review_repository(repo, "dev", base, head, CheckOptions())
+    [release] = review.releases.releases
+    assert release.summary() == "HelmRelease default/web · chart webapp 1.0.0 → 1.1.0: Deployment/default/web changed (image, containerPort)"
+    [change] = release.changes
+    # The chart's own version labels changed on every object too: folded, never shown as a change.
+    assert "helm.sh/chart" not in change.diff and "app.kubernetes.io/version" not in change.diff
+    assert "-          image: nginx:1.25" in change.diff and "+          image: nginx:1.27" in change.diff
+    text = format_review_text(review)
+    assert "charts (each HelmRelease's rendered objects):" in text and "1 HelmRelease rendered differently" in text
+    assert [c["helmRelease"] for c in review_to_json(review)["changes"]] == ["default/web"]
+
+
+def test_a_review_of_an_unchanged_chart_shows_no_release_change(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    git, base = _commit(repo)
+    (repo / "README.md").write_text("docs\n")
+    head = commit_all(git, "docs")
+    review = review_repository(repo, "dev", base, head, CheckOptions())
+    assert review.releases.empty
+
+
+def test_random_functions_render_byte_identically(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    (repo / "charts/webapp/templates/secret.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gen}\ndata:\n  token: {{ randAlphaNum 16 | quote }}\n  at: {{ now | quote }}\n"
+    )
+    texts = []
+    for _ in range(2):
+        with render_repository(repo, "dev", CheckOptions()) as built:
+            texts.append(format_build(built, select_tiers(built, [])))
+    assert texts[0] == texts[1] and "generated by the chart" in texts[0]
+
+
+def test_a_source_outside_git_is_not_rendered_and_says_so(tmp_path: Path) -> None:
+    # A HelmRepository at a host nobody allowed: never fetched; one grouped finding per source, no error.
+    repository = obj("source.toolkit.fluxcd.io/v1", "HelmRepository", "bitnami", FLUX, spec={"url": "https://charts.example.invalid/bitnami", "interval": "1h"})
+    releases = [
+        obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, "default", spec={
+            "interval": "10m", "chart": {"spec": {"chart": "redis", "version": "19.x", "sourceRef": {"kind": "HelmRepository", "name": "bitnami", "namespace": FLUX}}},
+        })
+        for name in ("cache", "queue")
+    ]
+    repo = _repo(tmp_path, [repository, *releases])
+    report = check_repository(repo, "dev", CheckOptions())
+    [finding] = [f for f in report.findings if f.check == "chart-not-rendered"]
+    assert finding.severity is Severity.INFO and "2 HelmReleases" in finding.message and "HelmRepository flux-system/bitnami" in finding.message
+    assert report.releases_not_rendered == 2 and not [f for f in report.findings if f.severity is Severity.ERROR]
