@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from queue import SimpleQueue
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from bot.engine.errors import InfraError
 
@@ -72,13 +72,13 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_main(conn: Connection, parent_pid: int, env: Mapping[str, str]) -> None:
+def _worker_main(conn: Connection, parent_pid: int) -> None:
     """A worker's loop: receive a pickled (func, args), answer a pickled outcome, until EOF."""
     _die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group; the pool, not the worker, decides when a worker ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Before any task imports a native library: the Go runtime reads GOMAXPROCS/GOMEMLIMIT when it loads.
-    os.environ.update(env)
+    # No per-worker environment here: a Go runtime loaded into a worker reads the environment the process was
+    # exec'd with (runtime goenvs reads past argv), not os.environ as changed since (measured with GOMAXPROCS).
     while True:
         try:
             payload = conn.recv_bytes()
@@ -164,7 +164,6 @@ class WorkerPool:
         max_task_rss: int,
         recycle_after: int,
         recycle_rss: int,
-        env: Mapping[str, str] | None = None,
         max_result: int = DEFAULT_MAX_RESULT,
     ) -> None:
         if size < 1 or recycle_after < 1:
@@ -174,7 +173,6 @@ class WorkerPool:
         self.max_task_rss = max_task_rss
         self.recycle_after = recycle_after
         self.recycle_rss = recycle_rss
-        self.env = dict(env or {})
         self.max_result = max_result
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
@@ -287,7 +285,7 @@ class WorkerPool:
 
     def _spawn(self) -> _Worker:
         ours, theirs = _CONTEXT.Pipe(duplex=True)
-        process = _CONTEXT.Process(target=_worker_main, args=(theirs, os.getpid(), self.env), name="fluxwarden-worker", daemon=True)
+        process = _CONTEXT.Process(target=_worker_main, args=(theirs, os.getpid()), name="fluxwarden-worker", daemon=True)
         process.start()
         theirs.close()
         return _Worker(process, ours, int(process.pid))
