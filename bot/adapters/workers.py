@@ -241,10 +241,13 @@ class WorkerPool:
         with self._lock:
             if self._closed:
                 raise WorkerPoolClosed("the worker pool is closed")
-            if self._idle:
+            while self._idle:
                 worker = self._idle.pop()  # the most recently used: its pages are warm
-                worker.busy = True
-                return worker
+                if worker.process.is_alive():
+                    worker.busy = True
+                    return worker
+                self._live.discard(worker)  # died while idle (the OOM killer): not the next task's failure
+                worker.kill()
             if self._keeper is None:
                 self._keeper = threading.Thread(target=self._keep, name="worker-keeper", daemon=True)
                 self._keeper.start()

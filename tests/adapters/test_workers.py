@@ -172,3 +172,11 @@ def test_a_sigkilled_parent_leaves_no_orphan_worker(tmp_path: Path) -> None:
         owner.wait()
         if owner.stdout:
             owner.stdout.close()
+
+
+def test_a_worker_that_died_while_idle_is_replaced_not_reported(pool: WorkerPool) -> None:
+    first = pool.call(tasks.echo, 0)[1]
+    os.kill(first, signal.SIGKILL)  # as the OOM killer would
+    assert _wait_dead([first], 5)
+    value, second = pool.call(tasks.echo, "next")
+    assert value == "next" and second != first
