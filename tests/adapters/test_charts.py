@@ -22,7 +22,7 @@ import pytest
 from bot.adapters.charts import ChartFetcher, inspect_archive
 from bot.engine.chartsource import ChartFetchError, Credential, FetchLimits, FetchPolicy
 from tests.fakes.chartrepo import ChartRepo, package_chart, serve_chart_repo, write_index
-from tests.fakes.registry import Registry, auth_registry, registry  # noqa: F401 - pytest fixtures
+from tests.fakes.registry import BearerRegistry, Registry, auth_registry, registry, serve_bearer_registry  # noqa: F401
 
 MIB = 1024 * 1024
 
@@ -506,3 +506,24 @@ def test_oci_manifest_digest_is_verified(registry: Registry, tmp_path: Path) -> 
                  f"{registry.oci}/charts/demo", digest=real[:-4] + "abcd", insecure=True)
     assert error.reason == "not-found"
     json.dumps(real)
+
+
+def test_oci_bearer_token_flow(tmp_path: Path) -> None:
+    archive = package_chart(tmp_path, "demo", "5.0.0", destination=tmp_path / "bearer").read_bytes()
+    with serve_bearer_registry(BearerRegistry(archive, "5.0.0", auth=("robot", "robot-pass-777"))) as fake:
+        host = host_of(fake.url)
+        url = f"oci://{host}/charts/demo"
+        error = fail(ChartFetcher(FetchPolicy(allow_hosts=frozenset({host})), None).oci_chart, url, tag="5.0.0",
+                     insecure=True)
+        assert error.reason == "needs-credentials"
+        fake.log.clear()
+        policy = FetchPolicy(allow_hosts=frozenset({host}), credentials={host: Credential("robot", "robot-pass-777")})
+        chart = ChartFetcher(policy, None).oci_chart(url, tag="5.0.0", insecure=True)
+        assert chart.version == "5.0.0" and chart.archive == archive
+        paths = [p for p, _ in fake.log]
+        assert paths[0] == "/v2/charts/demo/manifests/5.0.0" and fake.log[0][1] is None  # anonymous first
+        assert paths[1].startswith("/token?") and "scope=repository%3Acharts%2Fdemo%3Apull" in paths[1]
+        assert fake.log[1][1] is not None and fake.log[1][1].startswith("Basic ")
+        assert fake.log[2] == ("/v2/charts/demo/manifests/5.0.0", f"Bearer {fake.token}")
+        assert fake.log[3][1] == f"Bearer {fake.token}"  # the blob, with the token already known
+        assert len(fake.log) == 4

@@ -1,7 +1,11 @@
-"""A real OCI registry on 127.0.0.1: Debian's `docker-registry` (distribution 2.8), started per test and stopped after."""
+"""OCI registries on 127.0.0.1: Debian's real `docker-registry` (started per test) and a small Bearer-token fake."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
+import json
 import os
 import shutil
 import socket
@@ -9,11 +13,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from aiohttp import web
+
+from tests.fakes.threaded import serve_in_thread
 
 BINARY = "/usr/bin/docker-registry"
 USER, PASSWORD = "chart-reader", "s3cret-registry-pass"
@@ -118,3 +125,63 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
 def auth_registry(tmp_path: Path) -> Iterator[Registry]:
     """A registry behind htpasswd (Basic) authentication: `auth` holds the user and password."""
     yield from start_registry(tmp_path / "auth-registry", with_auth=True)
+
+
+@dataclass
+class BearerRegistry:
+    """A minimal OCI registry (aiohttp) behind the distribution token flow, serving one chart by tag.
+
+    Real registries (GHCR, Docker Hub, Harbor) answer 401 with `WWW-Authenticate: Bearer realm=…`; Debian's registry
+    speaks only Basic without a token server, so this fake covers the Bearer path. `log` records (path, auth).
+    """
+
+    archive: bytes
+    tag: str
+    auth: tuple[str, str] | None = None
+    token: str = "fake-registry-token-0123"
+    log: list[tuple[str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def manifest(self) -> bytes:
+        """The OCI image manifest of the chart: one config and the chart layer."""
+        layer = {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+                 "digest": "sha256:" + hashlib.sha256(self.archive).hexdigest(), "size": len(self.archive)}
+        config = {"mediaType": "application/vnd.cncf.helm.config.v1+json",
+                  "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(), "size": 2}
+        return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": config, "layers": [layer]}).encode()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """The token endpoint, then manifests and blobs for a valid Bearer token only."""
+        authorization = request.headers.get("Authorization")
+        self.log.append((request.path_qs, authorization))
+        if request.path == "/token":
+            if self.auth is not None:
+                expected = "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+                if authorization != expected:
+                    return web.Response(status=401)
+            return web.json_response({"token": self.token})
+        if authorization != f"Bearer {self.token}":
+            challenge = f'Bearer realm="{self.url}/token",service="fake-registry",scope="repository:charts/demo:pull"'
+            return web.Response(status=401, headers={"WWW-Authenticate": challenge})
+        if request.path == f"/v2/charts/demo/manifests/{self.tag}":
+            return web.Response(body=self.manifest(), content_type="application/vnd.oci.image.manifest.v1+json")
+        if request.path == "/v2/charts/demo/blobs/sha256:" + hashlib.sha256(self.archive).hexdigest():
+            return web.Response(body=self.archive)
+        return web.Response(status=404)
+
+
+@contextlib.contextmanager
+def serve_bearer_registry(fake: BearerRegistry) -> Iterator[BearerRegistry]:
+    """Run `fake` on a free 127.0.0.1 port; `fake.url` is its base URL while the block runs."""
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", fake.handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+
+    with serve_in_thread(start, runner.cleanup, lambda: f"http://127.0.0.1:{runner.addresses[0][1]}", "fake-registry") as base:
+        fake.url = base
+        yield fake
