@@ -498,14 +498,22 @@ def test_oci_basic_auth_registry(auth_registry: Registry, tmp_path: Path) -> Non
     assert missing.reason == "not-found" and password not in str(missing)
 
 
-def test_oci_manifest_digest_is_verified(registry: Registry, tmp_path: Path) -> None:  # noqa: F811
+def test_oci_digests_are_verified(registry: Registry, tmp_path: Path) -> None:  # noqa: F811
     push(tmp_path, registry, "1.0.0")
     real = manifest_digest(registry, "1.0.0")
-    # Ask for a digest the registry does not hold: distribution answers 404 (it verifies content addresses itself).
+    # The real registry holds no manifest under another digest: 404.
     error = fail(ChartFetcher(FetchPolicy(allow_hosts=frozenset({registry.host})), None).oci_chart,
                  f"{registry.oci}/charts/demo", digest=real[:-4] + "abcd", insecure=True)
     assert error.reason == "not-found"
-    json.dumps(real)
+    # A lying registry answers any digest, and serves a layer that is not what the manifest says: both refused.
+    archive = package_chart(tmp_path, "demo", "6.0.0", destination=tmp_path / "liar").read_bytes()
+    with serve_bearer_registry(BearerRegistry(archive, "6.0.0", any_digest=True, corrupt_blob=True)) as fake:
+        fetcher = ChartFetcher(FetchPolicy(allow_hosts=frozenset({host_of(fake.url)})), None)
+        url = f"oci://{host_of(fake.url)}/charts/demo"
+        error = fail(fetcher.oci_chart, url, digest="sha256:" + "1" * 64, insecure=True)
+        assert error.reason == "invalid" and "does not have that digest" in str(error)
+        error = fail(fetcher.oci_chart, url, tag="6.0.0", insecure=True)
+        assert error.reason == "invalid" and "does not have its digest" in str(error)
 
 
 def test_oci_bearer_token_flow(tmp_path: Path) -> None:
@@ -527,3 +535,16 @@ def test_oci_bearer_token_flow(tmp_path: Path) -> None:
         assert fake.log[2] == ("/v2/charts/demo/manifests/5.0.0", f"Bearer {fake.token}")
         assert fake.log[3][1] == f"Bearer {fake.token}"  # the blob, with the token already known
         assert len(fake.log) == 4
+
+
+def test_registry_fixture_fails_in_ci_without_the_binary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In CI the OCI tests must run: a missing registry binary fails them instead of skipping."""
+    from tests.fakes import registry as fake_registry
+
+    monkeypatch.setattr(fake_registry, "BINARY", "/nonexistent/docker-registry")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception):
+        fake_registry._binary()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        fake_registry._binary()

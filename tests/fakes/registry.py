@@ -139,6 +139,8 @@ class BearerRegistry:
     tag: str
     auth: tuple[str, str] | None = None
     token: str = "fake-registry-token-0123"
+    any_digest: bool = False  # answer every manifests/sha256:… request with the tag's manifest (a lying registry)
+    corrupt_blob: bool = False  # serve the layer with its last byte changed
     log: list[tuple[str, str | None]] = field(default_factory=list)
     url: str = ""
 
@@ -164,10 +166,11 @@ class BearerRegistry:
         if authorization != f"Bearer {self.token}":
             challenge = f'Bearer realm="{self.url}/token",service="fake-registry",scope="repository:charts/demo:pull"'
             return web.Response(status=401, headers={"WWW-Authenticate": challenge})
-        if request.path == f"/v2/charts/demo/manifests/{self.tag}":
+        lying = self.any_digest and request.path.startswith("/v2/charts/demo/manifests/sha256:")
+        if request.path == f"/v2/charts/demo/manifests/{self.tag}" or lying:
             return web.Response(body=self.manifest(), content_type="application/vnd.oci.image.manifest.v1+json")
         if request.path == "/v2/charts/demo/blobs/sha256:" + hashlib.sha256(self.archive).hexdigest():
-            return web.Response(body=self.archive)
+            return web.Response(body=self.archive[:-1] + bytes([self.archive[-1] ^ 1]) if self.corrupt_blob else self.archive)
         return web.Response(status=404)
 
 
