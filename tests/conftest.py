@@ -71,10 +71,11 @@ class SubprocessEscape(AssertionError):
 
 # By name: what the product runs (git; kubectl for `kubectl kustomize`, or a standalone kustomize), what the
 # standard library runs (`uname -p`, for platform.processor()), and two tools tests use (rm for a 1,000-deep
-# tree that shutil.rmtree cannot take, diff for the demo). Besides these: this interpreter (the kustomize
+# tree that shutil.rmtree cannot take, diff for the demo), and docker-registry (Debian's OCI distribution registry,
+# the real registry tests/fakes/registry.py starts on 127.0.0.1 for the OCI chart fetch tests). Besides these: this interpreter (the kustomize
 # reaper, the CLI and the service in a child process) and scripts a test wrote below its own temporary
 # directory (fake git and kubectl).
-ALLOWED_PROGRAMS = frozenset({"git", "kubectl", "kustomize", "uname", "rm", "diff"})
+ALLOWED_PROGRAMS = frozenset({"git", "kubectl", "kustomize", "uname", "rm", "diff", "docker-registry"})
 _POPEN_SIGNATURE = inspect.signature(subprocess.Popen.__init__)
 
 
