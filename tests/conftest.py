@@ -64,6 +64,18 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
 
+    # A name lookup asks DNS, off this machine: names other than loopback ones fail as they do offline (CI has
+    # no network), so a chart source at a public host is `unreachable` in every test, deterministically.
+    original_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        name = host.decode() if isinstance(host, bytes) else host
+        if name is None or _loopback((name, 0)):
+            return original_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+        raise socket.gaierror(socket.EAI_NONAME, f"a test looked up {name!r}: no DNS in tests")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
 
 class SubprocessEscape(AssertionError):
     """A test started a program that is not on the allow-list."""

@@ -27,8 +27,8 @@ from typing import Any
 # entry: an edit there keeps the cache warm instead of making every deployment rebuild every tier.
 # tests/adapters/test_cache.py fails when the pipeline comes to import an adapter this list leaves out.
 FINGERPRINTED = (
-    "engine", "pipeline", "adapters/cache.py", "adapters/git.py", "adapters/kustomize.py", "adapters/sourceignore.py",
-    "adapters/workspace.py",
+    "engine", "pipeline", "adapters/cache.py", "adapters/charts.py", "adapters/git.py", "adapters/helm.py", "adapters/kustomize.py",
+    "adapters/sourceignore.py", "adapters/workers.py", "adapters/workspace.py",
 )
 
 
