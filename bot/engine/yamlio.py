@@ -22,8 +22,9 @@ ALIAS_EXPANSION_FACTOR = 10
 # (a CRD's openAPIV3Schema is the deepest); every walker of parsed YAML recurses, and Python's recursion
 # limit (1,000 frames, a few per level) is the danger a PR could aim at.
 MAX_NESTING = 100
-# The most documents one file may hold (a kustomize build's output has its own bound, RenderLimits.tier_objects).
-MAX_DOCUMENTS = 10_000
+# The most documents one file may hold (a generated bundle may have tens of thousands; a build's output has
+# its own bound, RenderLimits.tier_objects).
+MAX_DOCUMENTS = 100_000
 # libyaml's own bound (0.2.5+, yaml_set_max_nest_level, default 1000): past it, the parser stops.
 _LIBYAML_NESTING = "exceeded maximum nesting depth"
 _ANCHOR = re.compile(r"(?:^|[\s\[{,:-])&[^\s\[\]{},]+")
