@@ -15,6 +15,7 @@ from bot.engine.webhook import CommentEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext, Invocation
 from handlers.registry import REGISTRY, entry_for
+from handlers.retry import read_permission, read_pull_request
 
 log = logging.getLogger(__name__)
 REPLY_MARKER = "fluxwarden:reply:{comment_id}"
@@ -52,7 +53,7 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
     # Who may use a command is said first: nothing about a command (an unknown cluster, a syntax error)
     # is told to a commenter who may not use it.
     try:
-        have = await asyncio.to_thread(bot.github.permission, event.repo.full_name, event.author)
+        have = await read_permission(bot, event.repo.full_name, event.author)
     except InfraError as exc:
         log.warning("cannot authorise %s on %s#%s: %s", event.author, event.repo.full_name, event.number, exc)
         have = None
@@ -85,7 +86,7 @@ async def on_comment(event: CommentEvent, bot: BotContext) -> CommentOutcome:
 async def _base_clusters(event: CommentEvent, bot: BotContext, policy: RepoPolicy, have: str, commands: list) -> tuple[RepoPolicy, list]:
     """The policy with the clusters of the PR's base branch, and the comment parsed again with them (for a commenter
     who may precheck; anyone else learns nothing about the repository's clusters)."""
-    pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
+    pull = await read_pull_request(bot, event.repo.full_name, event.number)
     if not permits(have, PRECHECK.needs(policy)):
         return policy, commands
     policy = await with_clusters(bot, policy, policy.clone_url or event.repo.clone_url, pull.base_ref)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from bot.engine.commands import PrecheckCommand, permits, you_have
@@ -10,6 +9,7 @@ from bot.engine.errors import InfraError
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.webhook import CommentEvent
 from handlers.context import BotContext, CommandResult, Invocation
+from handlers.retry import read_pull_request
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ async def on_precheck(event: CommentEvent, command: PrecheckCommand, bot: BotCon
     if not wanted:
         return CommandResult("no clusters are configured for this repository, and none was found on its base branch.")
     try:
-        pull = await asyncio.to_thread(bot.github.pull_request, event.repo.full_name, event.number)
+        pull = await read_pull_request(bot, event.repo.full_name, event.number)
     except InfraError as exc:
         log.warning("cannot authorise %s on %s#%s: %s", event.author, event.repo.full_name, event.number, exc)
         return CommandResult("GitHub did not answer while checking your permission; please try again.")

@@ -24,13 +24,15 @@ class RenderLimits:
     Far past what real repositories need (250+ tiers, a few levels of nested Kustomizations, tens of
     thousands of objects), far short of what a PR that makes Flux create Kustomizations without end takes
     (`name: loop-${P}` at `path: ./loop` with `postBuild.substitute: {P: "${P}a"}` grows a new tier per
-    generation): the checker must never spend its memory on one.
+    generation): the checker must never spend its memory on one. A file's own bounds (nesting depth,
+    documents) are yamlio's MAX_NESTING and MAX_DOCUMENTS; past any of them the finding is `render-limit` too.
     """
 
     tiers: int = 2_000  # tiers per cluster
     depth: int = 32  # Kustomizations nested inside Kustomizations
     path_repeats: int = 2  # times one path may recur among a tier's ancestors (a new namespace re-applies once)
     objects: int = 200_000  # rendered objects per cluster
+    tier_objects: int = 50_000  # objects one Kustomization's build may produce (a large CRD bundle has a few thousand)
     output_bytes: int = 1 << 30  # kustomize output per renderer (both sides of nothing else)
 
     def beyond(self, chain: tuple[TierSpec, ...], tiers: int, objects: int, output_bytes: int) -> str | None:

@@ -25,6 +25,14 @@ class InvalidYamlError(UnsafeYamlError):
     """Text that is not YAML at all: kustomize refuses it too, so it is a failed build, not a danger."""
 
 
+class LimitError(InputError):
+    """Input past one of Fluxwarden's bounds (nesting depth, documents, objects): a `render-limit` finding."""
+
+    def __init__(self, message: str, file: str | None = None) -> None:
+        super().__init__(message)
+        self.file = file  # the repository file it is in, when known
+
+
 class SubstitutionError(InputError):
     """A postBuild substitution that kustomize-controller would also reject."""
 

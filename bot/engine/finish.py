@@ -14,27 +14,39 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bot.engine import substitute as envsubst
-from bot.engine.errors import InputError, SubstitutionError
+from bot.engine.errors import InputError, LimitError, SubstitutionError
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierSpec
 from bot.engine.rendered import (
     CONFIG_KIND, MAY_SUBSTITUTE, ORIGIN_ANNOTATION, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SECRET_MASK,
-    RawDocument, RawTier, RenderedTier, SourceIndex, object_ref, render_failed,
+    RawDocument, RawTier, RenderedTier, SourceIndex, object_ref, render_failed, render_limit,
 )
-from bot.engine.yamlio import FastSafeLoader, check_aliases, split_documents
+from bot.engine.yamlio import FastSafeLoader, check_aliases, nesting_limit, split_documents
 
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
+# The origin annotation as kustomize writes it into an object's text (a block scalar under metadata.annotations).
+_ORIGIN_IN_TEXT = re.compile(r"config\.kubernetes\.io/origin: *\|-?\n\s+(?:path|configuredIn): *(.+)$", re.MULTILINE)
 
 
-def parse_output(text: str, root: str) -> list[RawDocument]:
-    """Split kustomize's output (built at repo path `root`); parse now what substitution cannot change, defer the rest."""
+def parse_output(text: str, root: str, max_documents: int | None = None) -> list[RawDocument]:
+    """Split kustomize's output (built at repo path `root`); parse now what substitution cannot change, defer the rest.
+
+    Raises InputError for output that is not YAML, LimitError past `max_documents` or yamlio's nesting bound.
+    """
     texts = split_documents(text)
+    if max_documents is not None and len(texts) > max_documents:
+        raise LimitError(f"the build has {len(texts):,} objects; not rendered (limit: {max_documents:,} per Kustomization)")
     eager = [i for i, t in enumerate(texts) if not MAY_SUBSTITUTE.search(t) or CONFIG_KIND.search(t)]
     joined = "---\n".join(texts[i] if texts[i].endswith("\n") else texts[i] + "\n" for i in eager)
     try:
         bodies = [b for b in yaml.load_all(joined, Loader=FastSafeLoader) if b is not None]
         if len(bodies) != len(eager):
             bodies = [yaml.load(texts[i], Loader=FastSafeLoader) for i in eager]
+    except LimitError:
+        raise _located_limit([texts[i] for i in eager], root) from None
     except yaml.YAMLError as exc:
+        limit = nesting_limit(exc)
+        if limit is not None:
+            raise _located_limit([texts[i] for i in eager], root) from None
         raise InputError(f"kustomize output is not valid YAML: {exc}") from None
     parsed = dict(zip(eager, bodies))
     out = []
@@ -44,6 +56,26 @@ def parse_output(text: str, root: str) -> list[RawDocument]:
             raise InputError("kustomize output contains a document that is not a mapping")
         out.append(RawDocument(doc_text, body, pop_origin(body, root) if body is not None else None))
     return out
+
+
+def _located_limit(texts: Sequence[str], root: str) -> LimitError:
+    """The bound the first document past it breaks, named by the file kustomize read it from (its origin annotation)."""
+    for text in texts:
+        try:
+            yaml.load(text, Loader=FastSafeLoader)
+            continue
+        except LimitError as exc:
+            limit = exc
+        except yaml.YAMLError as exc:
+            found = nesting_limit(exc)
+            if found is None:
+                continue
+            limit = found
+        match = _ORIGIN_IN_TEXT.search(text)
+        origin = _origin_location(match.group(1), root) if match else None
+        where = origin.file if origin is not None else _describe(text)
+        return LimitError(f"{where} {limit}; not rendered", origin.file if origin is not None else None)
+    return LimitError("kustomize output is past a parsing limit; not rendered")
 
 
 def pop_origin(body: Any, root: str) -> SourceLocation | None:
@@ -62,9 +94,12 @@ def pop_origin(body: Any, root: str) -> SourceLocation | None:
     # The value is a tiny YAML map kustomize writes itself (`path: …` or `configuredIn: …`): a regex
     # reads it ~50x faster than a YAML parse, which matters at 20,000 objects.
     match = _ORIGIN_PATH.search(raw) if isinstance(raw, str) else None
-    if match is None:
-        return None
-    rel = match.group(1).strip().strip("'\"")
+    return _origin_location(match.group(1), root) if match is not None else None
+
+
+def _origin_location(value: str, root: str) -> SourceLocation | None:
+    """The repository file an origin annotation's path names, relative to the built directory `root`."""
+    rel = value.strip().strip("'\"")
     if rel.startswith("/"):
         return None
     joined = posixpath.normpath(posixpath.join(root, rel))
@@ -223,11 +258,20 @@ def _prepare(
                 check_aliases(text, f"{_describe(text)} after substitution")  # values can add anchors/aliases
             if body is None:
                 body = yaml.load(text, Loader=FastSafeLoader)  # the stream failed: find which document
+        except LimitError as exc:
+            findings.append(render_limit(spec.id, f"{_describe(text)} {exc}; not rendered", origin))
+            out[index] = None
+            continue
         except InputError as exc:
             findings.append(render_failed(spec.id, str(exc), origin))
             out[index] = None
             continue
         except yaml.YAMLError as exc:
+            limit = nesting_limit(exc)
+            if limit is not None:
+                findings.append(render_limit(spec.id, f"{_describe(text)} {limit}; not rendered", origin))
+                out[index] = None
+                continue
             findings.append(render_failed(spec.id, f"{_describe(text)}: substituted YAML is invalid: {str(exc).splitlines()[0]}", origin))
             out[index] = None
             continue
@@ -259,7 +303,7 @@ def _load_stream(texts: list[str]) -> list[Any]:
         return []
     try:
         bodies = [b for b in yaml.load_all("---\n".join(t if t.endswith("\n") else t + "\n" for t in texts), Loader=FastSafeLoader) if b is not None]
-    except yaml.YAMLError:
+    except (yaml.YAMLError, LimitError):
         return [None] * len(texts)
     return bodies if len(bodies) == len(texts) else [None] * len(texts)
 

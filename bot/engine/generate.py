@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import yaml
 
-from bot.engine.errors import InputError, InvalidYamlError
+from bot.engine.errors import InputError, InvalidYamlError, LimitError
 from bot.engine.model import TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.tree import KUSTOMIZATION_FILES
@@ -43,7 +43,7 @@ class PathProblem:
     file: str  # repo-relative kustomization file
     reference: str
     reason: str
-    check: str = "unsafe-path"  # "render-failed" for a file kustomize cannot read either (not YAML)
+    check: str = "unsafe-path"  # "render-failed" for a file kustomize cannot read either (not YAML), "render-limit" past a bound
 
 
 @dataclass
@@ -140,6 +140,9 @@ class KustomizationIndex:
             doc = load_one(self.snapshot.read_text(rel_file) or "", "the file")
         except InvalidYamlError as exc:
             info.problems.append(PathProblem(rel_file, "", str(exc), check="render-failed"))
+            return info
+        except LimitError as exc:
+            info.problems.append(PathProblem(rel_file, "", f"{exc}; not rendered", check="render-limit"))
             return info
         except InputError as exc:
             info.problems.append(PathProblem(rel_file, "", str(exc)))

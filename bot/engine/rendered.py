@@ -12,6 +12,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import yaml
 
 from bot.engine.artifacts import is_artifact_generator
+from bot.engine.errors import InputError
 from bot.engine.flux import KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_kustomization, operator_sync
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
@@ -60,8 +61,8 @@ class RawDocument:
         if body is None:
             try:
                 body = yaml.load(self.text, Loader=FastSafeLoader)
-            except yaml.YAMLError:
-                return True  # (kustomize wrote it: it parses; the text says disabled)
+            except (yaml.YAMLError, InputError):
+                return True  # (kustomize wrote it: it parses; the text says disabled; a bound is reported when it is parsed)
         meta = body.get("metadata") if isinstance(body, dict) else None
         if not isinstance(meta, dict):
             return False
@@ -259,6 +260,11 @@ def object_ref(body: Mapping[str, Any]) -> ObjectRef | None:
 def render_failed(tier: TierId, message: str, location: SourceLocation | None, severity: Severity = Severity.ERROR) -> Finding:
     """A `render-failed` finding about a tier."""
     return Finding("render-failed", severity, message, kustomization=tier, location=location)
+
+
+def render_limit(tier: TierId, message: str, location: SourceLocation | None) -> Finding:
+    """A `render-limit` finding: a tier's input past one of Fluxwarden's bounds (see discovery.RenderLimits, yamlio)."""
+    return Finding("render-limit", Severity.ERROR, message, kustomization=tier, location=location)
 
 
 def unsafe_path(tier: TierId, message: str, location: SourceLocation | None) -> Finding:

@@ -110,6 +110,20 @@ class RepoPolicy:
 
 
 @dataclass(frozen=True)
+class Backoff:
+    """How a GitHub call that a PR or a user waits on is tried again, past the adapter's own retries: `first`
+    seconds, doubling up to `most`. The final writes of a run (service/runs.py) keep trying until GitHub takes
+    them; the reads that gate a command (handlers/retry.py) stop at their deadline."""
+
+    first: float = 5.0
+    most: float = 120.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait after failed attempt `attempt` (0-based)."""
+        return min(max(self.first, 0.0) * 2 ** min(attempt, 32), self.most)
+
+
+@dataclass(frozen=True)
 class Limits:
     """Bounds on concurrent work."""
 
@@ -121,6 +135,14 @@ class Limits:
     # A final state GitHub refused (past the adapter's retries) is written again after this many seconds,
     # doubling up to 120, until GitHub takes it: a finished run never leaves its status pending.
     final_retry_seconds: float = 5.0
+    # The reads a command waits on (the commenter's permission, the PR) are tried again with the same backoff
+    # on a GitHub fault (5xx, timeout) for this long before the reply says "please try again".
+    read_retry_seconds: float = 120.0
+
+    @property
+    def backoff(self) -> Backoff:
+        """The one backoff of the final writes and the gating reads."""
+        return Backoff(first=self.final_retry_seconds)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import yaml
 
-from bot.engine.errors import InvalidYamlError, UnsafeYamlError
+from bot.engine.errors import InvalidYamlError, LimitError, UnsafeYamlError
 
 # Default bounds for one file or one kustomize output stream. A CRD bundle can be several MiB
 # (kube-prometheus-stack ships ~4 MiB); 16 MiB leaves room without letting a PR exhaust memory.
@@ -18,6 +18,15 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 # The most nodes a document may expand to through aliases, as a multiple of its text length.
 # Plain Kubernetes YAML never expands; a billion-laughs bomb expands exponentially.
 ALIAS_EXPANSION_FACTOR = 10
+# The deepest a document may nest mappings and sequences, aliases followed. Real manifests stay under 20
+# (a CRD's openAPIV3Schema is the deepest); every walker of parsed YAML recurses, and Python's recursion
+# limit (1,000 frames, a few per level) is the danger a PR could aim at.
+MAX_NESTING = 100
+# The most documents one file may hold (a generated bundle may have tens of thousands; a build's output has
+# its own bound, RenderLimits.tier_objects).
+MAX_DOCUMENTS = 100_000
+# libyaml's own bound (0.2.5+, yaml_set_max_nest_level, default 1000): past it, the parser stops.
+_LIBYAML_NESTING = "exceeded maximum nesting depth"
 _ANCHOR = re.compile(r"(?:^|[\s\[{,:-])&[^\s\[\]{},]+")
 # A document marker: `---` at column 0 followed by a blank, a line end (LF or CRLF) or the end. What
 # follows it on the line (`--- !tag`, `--- # comment`) belongs to the next document.
@@ -206,6 +215,8 @@ class FastSafeLoader(yaml.CSafeLoader):
 
     # Implicit tags of plain scalars, memoised: kustomize output repeats the same keys and values.
     _resolved: ClassVar[dict[str, str]] = {}
+    _document: yaml.Node | None = None  # the document being constructed, and its subtrees' nesting (see `nesting`)
+    _heights: dict[int, int]
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is not yaml.ScalarNode or not implicit[0]:
@@ -226,11 +237,22 @@ class FastSafeLoader(yaml.CSafeLoader):
 
     def construct_document(self, node: yaml.Node) -> Any:
         built: dict[int, Any] = {}
-        data = self._construct_fast(node, built)
+        self._document, self._heights = node, {}
+        data = self._construct_fast(node, built, 1)
         self.constructed_objects, self.recursive_objects, self.state_generators = {}, {}, []
+        self._heights = {}
         return data
 
-    def _construct_fast(self, node: yaml.Node, built: dict[int, Any]) -> Any:
+    def _within(self, node: yaml.Node, depth: int) -> None:
+        """Refuse a node met again (an alias) or left to SafeConstructor when its subtree takes the document past MAX_NESTING."""
+        if type(node) is not yaml.ScalarNode and depth - 1 + nesting(node, self._heights) > MAX_NESTING:
+            raise self._too_deep()
+
+    def _too_deep(self) -> LimitError:
+        assert self._document is not None
+        return LimitError(f"nests {nesting(self._document, {}):,} levels deep (limit: {MAX_NESTING})")
+
+    def _construct_fast(self, node: yaml.Node, built: dict[int, Any], depth: int) -> Any:
         tag = node.tag
         if type(node) is yaml.ScalarNode:
             if tag == _STR:
@@ -244,24 +266,29 @@ class FastSafeLoader(yaml.CSafeLoader):
                 if number is not None:
                     return number
         if id(node) in built:
+            self._within(node, depth)  # an alias: its subtree nests again where it is used
             return built[id(node)]
+        if depth > MAX_NESTING and type(node) is not yaml.ScalarNode:
+            raise self._too_deep()
         if tag == _MAP and type(node) is yaml.MappingNode and not any(k.tag == _MERGE for k, _ in node.value):
             mapping: dict[Any, Any] = {}
             built[id(node)] = mapping
             for key_node, value_node in node.value:
-                key = self._construct_fast(key_node, built)
+                key = self._construct_fast(key_node, built, depth + 1)
                 if type(key) is not str:
                     key = _json_key(key, key_node)
                 try:
-                    mapping[key] = self._construct_fast(value_node, built)
+                    mapping[key] = self._construct_fast(value_node, built, depth + 1)
                 except TypeError:  # an unhashable key: let SafeConstructor raise its error
+                    self._within(node, depth)
                     return self.construct_object(node, deep=True)
             return mapping
         if tag == _SEQ and type(node) is yaml.SequenceNode:
             sequence: list[Any] = []
             built[id(node)] = sequence
-            sequence.extend(self._construct_fast(child, built) for child in node.value)
+            sequence.extend(self._construct_fast(child, built, depth + 1) for child in node.value)
             return sequence
+        self._within(node, depth)  # SafeConstructor recurses, a few frames a level
         value = self.construct_object(node, deep=True)
         built[id(node)] = value
         return value
@@ -285,12 +312,20 @@ class _RedefinableComposer(yaml.composer.Composer):
     refers to the most recent node with that anchor, and helm-values-style files rely on it.
     """
 
+    _composing = 0  # nodes open above this one: the Python composer recurses, two frames a level
+
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         if not self.check_event(yaml.AliasEvent):
             anchor = self.peek_event().anchor
             if anchor is not None:
                 self.anchors.pop(anchor, None)
-        return super().compose_node(parent, index)
+        if self._composing > MAX_NESTING:
+            raise LimitError(f"nests more than {MAX_NESTING} levels deep (limit: {MAX_NESTING})")
+        self._composing += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._composing -= 1
 
 
 class _RedefiningLoader(_RedefinableComposer, FastSafeLoader):
@@ -336,25 +371,83 @@ def _without_boms(text: str) -> str:
     return _LINE_START_BOM.sub("", text) if "\ufeff" in text else text
 
 
+def nesting(node: yaml.Node, heights: dict[int, int]) -> int:
+    """How many mappings and sequences deep a node tree goes, aliases followed (iterative; `heights` memoises by node).
+
+    An alias inside its own anchor's node is refused as go-yaml refuses it (go-yaml decode.go `alias`,
+    "anchor 'a' value contains itself"): Flux never reads such a document, and it would nest without end.
+    """
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    open_nodes: set[int] = set()
+    while stack:
+        item, leaving = stack.pop()
+        key = id(item)
+        if type(item) is yaml.ScalarNode:
+            heights[key] = 0
+            continue
+        children = [c for pair in item.value for c in pair] if type(item) is yaml.MappingNode else item.value
+        if leaving:
+            open_nodes.discard(key)
+            heights[key] = 1 + max((heights[id(c)] for c in children), default=0)
+            continue
+        if key in heights:
+            continue
+        if key in open_nodes:
+            raise yaml.constructor.ConstructorError(None, None, "an anchor's value contains itself", item.start_mark)
+        open_nodes.add(key)
+        stack.append((item, True))
+        stack.extend((c, False) for c in children if id(c) not in heights)
+    return heights[id(node)]
+
+
+def nesting_limit(exc: yaml.YAMLError) -> LimitError | None:
+    """libyaml's own nesting bound as ours, when that is what stopped a parse."""
+    if _LIBYAML_NESTING in str(exc):
+        return LimitError(f"nests more than 1,000 levels deep (limit: {MAX_NESTING})")
+    return None
+
+
 def load_stream(text: str) -> list[Any]:
-    """Every document of a YAML stream (None for an empty one), read as Flux reads it; raises yaml.YAMLError."""
+    """Every document of a YAML stream (None for an empty one), read as Flux reads it.
+
+    Raises yaml.YAMLError, or LimitError past MAX_NESTING or MAX_DOCUMENTS.
+    """
     return _read_stream(yaml.load_all, text)
 
 
 def compose_stream(text: str) -> list[yaml.Node]:
-    """The node trees of a YAML stream (tags resolved, nothing constructed); raises yaml.YAMLError."""
-    return _read_stream(yaml.compose_all, text)
+    """The node trees of a YAML stream (tags resolved, nothing constructed); raises yaml.YAMLError or LimitError."""
+    nodes = _read_stream(yaml.compose_all, text)
+    heights: dict[int, int] = {}
+    for node in nodes:
+        depth = nesting(node, heights)
+        if depth > MAX_NESTING:
+            raise LimitError(f"nests {depth:,} levels deep (limit: {MAX_NESTING})")
+    return nodes
 
 
 def _read_stream(read: Callable[..., Iterator[Any]], text: str) -> list[Any]:
     """`read` with the C loader, again with the slower one that lets an anchor be re-defined only when it must."""
     text = _without_boms(text)
     try:
-        return list(read(text, Loader=FastSafeLoader))
+        return _bounded(read(text, Loader=FastSafeLoader))
     except yaml.YAMLError as exc:
         if not _redefines_anchor(exc):
-            raise
-    return list(read(text, Loader=_RedefiningLoader))
+            raise nesting_limit(exc) or exc
+    try:
+        return _bounded(read(text, Loader=_RedefiningLoader))
+    except yaml.YAMLError as exc:
+        raise nesting_limit(exc) or exc
+
+
+def _bounded(documents: Iterator[Any]) -> list[Any]:
+    """The documents of a stream, refused past MAX_DOCUMENTS."""
+    out = []
+    for count, document in enumerate(documents, 1):
+        if count > MAX_DOCUMENTS:
+            raise LimitError(f"holds more than {MAX_DOCUMENTS:,} YAML documents (limit: {MAX_DOCUMENTS:,})")
+        out.append(document)
+    return out
 
 
 def _expanded_size(data: Any, budget: int) -> int:
@@ -395,8 +488,8 @@ def check_aliases(text: str, name: str) -> None:
     try:
         for doc in load_stream(text):
             _guard_aliases(doc, text, name)
-    except (yaml.YAMLError, RecursionError):
-        return
+    except (yaml.YAMLError, LimitError):
+        return  # a build that reads it fails on the same bounds
 
 
 def load_all(text: str, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> list[Any]:
@@ -406,8 +499,8 @@ def load_all(text: str, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> list[A
         docs = load_stream(text)
     except yaml.YAMLError as exc:
         raise InvalidYamlError(f"{name} is not valid YAML: {_short_yaml_error(exc)}") from None
-    except RecursionError:
-        raise UnsafeYamlError(f"{name} nests too deeply to parse") from None
+    except LimitError as exc:
+        raise LimitError(f"{name} {exc}", exc.file) from None
     if "&" in text and _ANCHOR.search(text):
         for doc in docs:
             _guard_aliases(doc, text, name)
@@ -443,7 +536,7 @@ def duplicate_keys(text: str) -> Iterator[tuple[str, int]]:
     """Each key a mapping of `text` repeats, as written (go-yaml v3 compares the text), with its 1-based line."""
     try:
         nodes = compose_stream(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, LimitError):
         return
     stack: list[yaml.Node] = list(nodes)
     seen: set[int] = set()
@@ -494,7 +587,7 @@ def document_heads(text: str) -> Iterator[DocumentHead]:
     """Yield the start line, kind and metadata name of each document (for `file:line` links)."""
     try:
         nodes = compose_stream(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, LimitError):
         return
     for node in nodes:
         if not isinstance(node, yaml.MappingNode):

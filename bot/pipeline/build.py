@@ -16,16 +16,19 @@ import yaml
 
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workspace import Snapshot, write_build_root
-from bot.engine.errors import InputError, RenderError
+from bot.engine.errors import InputError, LimitError, RenderError
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import parse_output
 from bot.engine.flux import OperatorSync
 from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
-from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, unsafe_path
+from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, render_limit, unsafe_path
 from bot.engine.tree import normalise_repo_path
 from bot.engine.yamlio import FastSafeLoader, find_duplicate_key
 from bot.pipeline.memo import BuildMemo, ContentHasher, LineMemo
+
+
+_PROBLEM_FINDINGS = {"render-failed": render_failed, "render-limit": render_limit}  # by PathProblem.check; else unsafe-path
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,11 @@ class _Components:
 class TierBuilder:
     """Runs kustomize for one tier at a time (thread-safe), on a snapshot's files, keeping the builds it makes."""
 
-    def __init__(self, snapshot: Snapshot, binary: KustomizeBinary, work: Path, memo: BuildMemo, *, timeout: float) -> None:
+    def __init__(
+        self, snapshot: Snapshot, binary: KustomizeBinary, work: Path, memo: BuildMemo, *, timeout: float, max_objects: int | None = None
+    ) -> None:
         self.snapshot = snapshot
+        self.max_objects = max_objects  # objects one build may produce (RenderLimits.tier_objects)
         self.binary = binary
         self.timeout = timeout
         self.memo = memo
@@ -84,7 +90,7 @@ class TierBuilder:
         problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
-                (render_failed if p.check == "render-failed" else unsafe_path)(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
+                _PROBLEM_FINDINGS.get(p.check, unsafe_path)(tier, f"{p.file}: {p.reference + ' ' if p.reference else ''}{p.reason}", SourceLocation(p.file))
                 for p in problems
             ] + [unsafe_path(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
@@ -136,7 +142,10 @@ class TierBuilder:
             build_dir = write_build_root(self.snapshot, spec, root, components.written, reached, workdir)
         except InputError as exc:
             kustomization_path = self.index.info(root).file
-            return failed(str(exc), SourceLocation(kustomization_path) if kustomization_path else spec.origin)
+            location = SourceLocation(kustomization_path) if kustomization_path else spec.origin
+            if isinstance(exc, LimitError):
+                return RawTier(spec, inputs=inputs, failed=True, findings=(render_limit(tier, f"{kustomization_path or spec.path}: {exc}", location),))
+            return failed(str(exc), location)
         except OSError as exc:
             return failed(f"the tier's files cannot be written for kustomize ({exc.strerror})")
         try:
@@ -150,7 +159,10 @@ class TierBuilder:
         with self._lock:
             self.output_bytes += len(text)
         try:
-            documents = parse_output(text, root)
+            documents = parse_output(text, root, self.max_objects)
+        except LimitError as exc:
+            location = SourceLocation(exc.file) if exc.file else spec.origin
+            return RawTier(spec, inputs=inputs, failed=True, findings=(render_limit(tier, self.sanitise(str(exc), workdir), location),))
         except InputError as exc:
             return failed(self.sanitise(str(exc), workdir))
         with self._lock:  # worker threads count concurrently
@@ -169,7 +181,7 @@ class TierBuilder:
         try:
             text = run_build(self.binary, workdir, sandbox_home=self.work / "home", timeout=self.timeout)
             body = yaml.load(text, Loader=FastSafeLoader)
-        except (RenderError, yaml.YAMLError) as exc:
+        except (RenderError, InputError, yaml.YAMLError) as exc:
             findings.append(
                 Finding(
                     "not-rendered",

@@ -98,7 +98,7 @@ class Renderer:
         self.builds = BuildMemo(cache, tree_key(snapshot, binary) if cache is not None else None)
         self.finished = FinishMemo(cache, memo)
         work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
-        self.builder = TierBuilder(snapshot, binary, work, self.builds, timeout=timeout)
+        self.builder = TierBuilder(snapshot, binary, work, self.builds, timeout=timeout, max_objects=limits.tier_objects)
         self.locator = Locator(LineMemo(snapshot))
         self._ahead: dict[str, Future[RawTier]] = {}  # builds started before the render asks (`build_ahead`)
         self._ahead_lock = threading.Lock()

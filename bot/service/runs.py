@@ -11,6 +11,7 @@ from typing import Awaitable, Callable
 
 from bot.engine.errors import InfraError
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.settings import Backoff
 from bot.service.claims import RELEASE_TIMEOUT, Claims
 from bot.service.metrics import Metrics
 from handlers.precheck import (
@@ -18,9 +19,8 @@ from handlers.precheck import (
 )
 
 log = logging.getLogger(__name__)
-FINAL_RETRY_MAX = 120.0  # seconds between attempts to write a refused final state, at most
 
-__all__ = ["FINAL_RETRY_MAX", "PrecheckRuns", "RunQueue", "Submitted"]
+__all__ = ["PrecheckRuns", "RunQueue", "Submitted"]
 
 
 @dataclass
@@ -110,7 +110,7 @@ class PrecheckRuns:
     queue: RunQueue
     metrics: Metrics
     claims: Claims | None = None  # several replicas: claim each run on GitHub first (bot/service/claims.py)
-    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (doubles up to FINAL_RETRY_MAX)
+    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (see engine.settings.Backoff)
     _claimed: dict = field(default_factory=dict, repr=False)  # (key, sha) -> the task writing its running state
     _finalising: dict = field(default_factory=dict, repr=False)  # key -> the task writing a refused final state again
 
@@ -191,12 +191,13 @@ class PrecheckRuns:
         replica has the result, so it keeps it until GitHub does. A newer run of the PR and cluster cancels
         this (it writes its own); so does shutdown (the status stays pending: the next start re-runs it).
         """
-        delay = self.final_retry
+        backoff, attempt = Backoff(first=self.final_retry), 0
         while failed:
+            delay = backoff.delay(attempt)
             log.info("GitHub refused the final %s of %s#%s %s; writing it again in %gs", "/".join(failed), plan.repo, plan.number, cluster, delay)
             await asyncio.sleep(delay)
             failed = await self.precheck.reconcile(plan, cluster, desired, skip=tuple(op for op in OPERATIONS if op not in failed))
-            delay = min(delay * 2, FINAL_RETRY_MAX)
+            attempt += 1
         log.info("final state of %s#%s %s written", plan.repo, plan.number, cluster)
 
     async def close(self) -> None:

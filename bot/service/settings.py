@@ -99,6 +99,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         kustomize_timeout=float(limits_doc.get("kustomize_timeout", Limits.kustomize_timeout)),
         max_body_bytes=int(limits_doc.get("max_body_bytes", Limits.max_body_bytes)),
         final_retry_seconds=float(limits_doc.get("final_retry_seconds", Limits.final_retry_seconds)),
+        read_retry_seconds=float(limits_doc.get("read_retry_seconds", Limits.read_retry_seconds)),
     )
     listen = doc.get("listen") or {}
     repos = tuple(parse_repo(r) for r in doc.get("repos") or [])

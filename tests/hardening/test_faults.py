@@ -211,3 +211,56 @@ async def test_a_build_timeout_on_the_head_only_is_an_error_not_a_failure(start,
         assert "could not render" in status.description and "timed out after 1s" in status.description
         body = one_comment(h)
         assert "Not a verdict" in body and "timed out after 1s" in body
+
+
+# -- the reads a command waits on (issue 23) ------------------------------------------------------
+
+PERMISSION = r"/collaborators/bob/permission$"  # (not the bot's own read at start-up)
+
+
+async def comment_precheck(h, fake) -> tuple[float, list[str]]:
+    """Deliver `/precheck prod` by bob; the seconds until its handler is done, and the replies to it."""
+    made = fake.add_comment(REPO, 1, "/precheck prod", user="bob")
+    started = time.monotonic()
+    await h.deliver("issue_comment", comment_payload(1, made.id, "/precheck prod"))
+    await h.settle()
+    return time.monotonic() - started, [c.body for c in h.comments(1, marker=f"fluxwarden:reply:{made.id}")]
+
+
+async def test_a_burst_of_5xx_on_the_permission_read_is_retried_and_the_precheck_runs(start, origin: Origin, fake, pr: str) -> None:
+    """10 × 500 on the permission read: more than the adapter's own retries (5 requests), so the read is tried again with the final writes' backoff."""
+    fake.inject("GET", PERMISSION, status=500, times=10)
+    async with start(final_retry_seconds=0.2) as h:
+        _, replies = await comment_precheck(h, fake)
+        assert h.states(pr) == ["pending", "success"] and not replies
+        reads = fake.find_requests("GET", PERMISSION)
+        assert [r.status for r in reads] == [500] * 10 + [200]
+
+
+async def test_a_permission_read_that_keeps_failing_says_try_again_after_the_bound(start, origin: Origin, fake, pr: str) -> None:
+    fake.inject("GET", PERMISSION, status=500, for_seconds=120)
+    async with start(final_retry_seconds=0.2, read_retry_seconds=3.0) as h:
+        seconds, [reply] = await comment_precheck(h, fake)
+        assert h.states(pr) == [], "nothing was run"
+        assert "GitHub did not answer while checking your permission" in reply
+        assert 3.0 <= seconds < 3.0 + 8.0, seconds  # the bound, plus at most one last read (the adapter's own retries)
+        assert len(fake.find_requests("GET", PERMISSION)) >= 3 * 5  # several reads, each with the adapter's retries
+        record_figure("permission_read_given_up_after_seconds", seconds, "s")
+
+
+@pytest.mark.parametrize("status", [403, 404])
+async def test_an_answer_on_the_permission_read_is_not_retried(start, origin: Origin, fake, pr: str, status: int) -> None:
+    fake.inject("GET", PERMISSION, status=status, times=1)
+    async with start(final_retry_seconds=5.0) as h:
+        seconds, replies = await comment_precheck(h, fake)
+        assert len(fake.find_requests("GET", PERMISSION)) == 1
+        assert seconds < 5.0 and h.states(pr) == []
+        assert replies == [reply for reply in replies if ("please try again" if status == 403 else "needs write") in reply] != []
+
+
+async def test_a_burst_of_5xx_on_the_pull_request_read_is_retried(start, origin: Origin, fake, pr: str) -> None:
+    fake.inject("GET", r"/pulls/1$", status=502, times=10)
+    async with start(final_retry_seconds=0.2) as h:
+        await comment_precheck(h, fake)
+        assert h.states(pr) == ["pending", "success"]
+        assert sum(r.status == 502 for r in fake.find_requests("GET", r"/pulls/1$")) == 10

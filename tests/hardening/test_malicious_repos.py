@@ -147,6 +147,26 @@ async def test_a_1000_deep_tree_is_a_finding_not_an_internal_error(start, origin
         assert await h.healthy()
 
 
+@pytest.mark.parametrize("depth", [340, 2_000])
+async def test_deeply_nested_yaml_is_a_render_limit_finding(start, origin: Origin, fake, depth: int) -> None:
+    """Issue 23: a document nesting 340 levels or more.
+
+    Before: RecursionError in bot/engine/yamlio.py, the PR got `error` "internal error (RecursionError)". Now
+    the nesting bound (100) is a `render-limit` finding on the tier and the file, and the status `failure`.
+    """
+    body = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\nextra: " + "[" * depth + "]" * depth + "\n"
+    head = origin.pull(1, {"apps/app.yaml": body})
+    open_pull(fake, origin, 1, head)
+    async with start() as h:
+        await h.deliver("pull_request", pr_payload(1, head, origin.main))
+        await h.settle(timeout=120)
+        assert h.states(head) == ["pending", "failure"]
+        (comment,) = h.comments(1)
+        assert "`render-limit`" in comment.body and "apps/app.yaml nests " in comment.body and "(limit: 100)" in comment.body
+        assert "internal error" not in comment.body and "RecursionError" not in comment.body
+        assert await h.healthy()
+
+
 HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@octocat ``a|b`` | `c`"
 
 

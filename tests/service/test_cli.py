@@ -13,6 +13,7 @@ import pytest
 
 from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
+from tests.gitrepo import init_repo
 from tests.golden import assert_golden
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "home-ops"
@@ -270,3 +271,25 @@ def test_one_rendered_tier_is_enough(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["check"], f["severity"]) for f in findings] == [("not-rendered", "info")]
+
+
+# -- limits: a finding, never an internal error ------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ["extra: " + "[" * 2_000 + "]" * 2_000 + "\n", "extra: " + "[" * 340 + "]" * 340 + "\n"], ids=["flow-2000", "flow-340"])
+def test_a_deep_yaml_file_is_a_render_limit_not_an_internal_error(tmp_path: Path, body: str) -> None:
+    """Issue 23: 340 levels and more once raised RecursionError (`internal error`, exit 2); now exit 1 with the bound."""
+    repo = tmp_path / "repo"
+    write_tree(repo, flux_repo({"apps": ks("apps", "./apps")}, {
+        "apps/kustomization.yaml": kustomization("deep.yaml"),
+        "apps/deep.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\n" + body,
+    }))
+    init_repo(repo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot.service.cli", "check", "--repo", str(repo), "--cluster", "dev", "--no-cache"],
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, cwd=Path(__file__).resolve().parents[2], timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "internal error" not in proc.stderr + proc.stdout and proc.stderr == ""
+    assert "ERROR   render-limit  flux-system/apps  apps/deep.yaml" in proc.stdout
+    assert "(limit: 100); not rendered" in proc.stdout
