@@ -19,6 +19,9 @@ from bot.engine.rendered import ClusterRender
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 HELM_RELEASE = GroupKind("helm.toolkit.fluxcd.io", "HelmRelease")
 OCI_REPOSITORY_KIND = "OCIRepository"
+SOURCE_GROUP = "source.toolkit.fluxcd.io"
+# The objects a HelmRelease's chart comes from (source-controller's kinds; ExternalArtifact is source-controller's too).
+CHART_SOURCE_KINDS = frozenset({"HelmRepository", "GitRepository", "OCIRepository", "HelmChart", "ExternalArtifact", "Bucket"})
 
 POD_TEMPLATE_PATHS = {
     "Pod": ("spec",),
@@ -56,6 +59,10 @@ class TierFacts:
     own_crds: frozenset[GroupKind] = frozenset()  # kinds its CRDs define (stage 1 of its own apply)
     crds: tuple[tuple[GroupKind, ObjectRef], ...] = ()  # (kind defined, CRD) for CRDs naming group and kind
     helm_releases: tuple[Manifest, ...] = ()
+    # What a HelmRelease's chart is read from (HelmRepository, OCIRepository, GitRepository, HelmChart, …) and
+    # each CRD's served versions and scope (trimmed): the release stage reads them without loading the tier.
+    chart_sources: tuple[Manifest, ...] = ()
+    crd_outlines: tuple[Manifest, ...] = ()
     oci_urls: Mapping[tuple[str, str], str] = field(default_factory=dict)  # OCIRepository (namespace, name) → url
     derived: tuple[tuple[GroupKind, ObjectRef], ...] = ()  # kinds its objects define at run time (XRDs…)
     provider_defs: frozenset[tuple[str, str]] = frozenset()  # cluster-scoped (kind, name) of PROVIDER_KINDS
@@ -70,6 +77,8 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
     own_crds: set[GroupKind] = set()
     crds: list[tuple[GroupKind, ObjectRef]] = []
     helm_releases: list[Manifest] = []
+    chart_sources: list[Manifest] = []
+    crd_outlines: list[Manifest] = []
     oci_urls: dict[tuple[str, str], str] = {}
     derived: list[tuple[GroupKind, ObjectRef]] = []
     provider_defs: set[tuple[str, str]] = set()
@@ -89,8 +98,11 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
             defined = crd_kind(manifest.body)
             if defined:
                 crds.append((defined, ref))
+            crd_outlines.append(_crd_outline(manifest))
         elif gk == HELM_RELEASE:
             helm_releases.append(manifest)
+        if ref.kind in CHART_SOURCE_KINDS and ref.group == SOURCE_GROUP:
+            chart_sources.append(manifest)
         elif ref.kind == OCI_REPOSITORY_KIND:
             oci_urls[(ref.namespace, ref.name)] = str((manifest.body.get("spec") or {}).get("url", ""))
         derived.extend((kind, ref) for kind in sorted(knowledge.derived_kinds(manifest.body)))
@@ -108,6 +120,8 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
         own_crds=frozenset(own_crds),
         crds=tuple(crds),
         helm_releases=tuple(helm_releases),
+        chart_sources=tuple(chart_sources),
+        crd_outlines=tuple(crd_outlines),
         oci_urls=oci_urls,
         derived=tuple(derived),
         provider_defs=frozenset(provider_defs),
@@ -115,6 +129,22 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
         not_applied_over=frozenset(not_applied_over),
         unpruned=frozenset(unpruned),
     )
+
+
+def _crd_outline(manifest: Manifest) -> Manifest:
+    """A CRD without its schemas: group, names, scope and each version's name and `served` (what Capabilities and scopes need)."""
+    spec = manifest.body.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    versions = spec.get("versions")
+    outline_versions = [
+        {"name": v.get("name"), "served": v.get("served", True)} for v in (versions if isinstance(versions, list) else []) if isinstance(v, Mapping)
+    ]
+    body = {
+        "apiVersion": manifest.ref.api_version, "kind": manifest.ref.kind, "metadata": {"name": manifest.ref.name},
+        "spec": {"group": spec.get("group"), "names": spec.get("names"), "scope": spec.get("scope"), "versions": outline_versions,
+                 **({"version": spec["version"]} if "version" in spec else {})},
+    }
+    return Manifest(manifest.ref, body, manifest.origin)
 
 
 def flux_control(manifest: Manifest, key: str, values: tuple[str, ...]) -> bool:

@@ -43,7 +43,7 @@ class Provider:
 class ProviderIndex:
     """Resolves a GroupKind to every provider the cluster's render offers."""
 
-    def __init__(self, render: ClusterRender, knowledge: KnowledgeBase, facts: Mapping[TierId, TierFacts] | None = None) -> None:
+    def __init__(self, render: ClusterRender | None, knowledge: KnowledgeBase, facts: Mapping[TierId, TierFacts] | None = None) -> None:
         self.knowledge = knowledge
         self._crds: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._charts: list[tuple[TierId, ObjectRef, ChartRule]] = []
@@ -52,14 +52,16 @@ class ProviderIndex:
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
         if facts is None:
+            assert render is not None, "a ProviderIndex needs a render or its facts"
             facts = facts_of_render(render, knowledge)
+        releases = render.releases if render is not None else {}
         self.facts = facts
         oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
         for tier, tier_facts in facts.items():
             for defined, ref in tier_facts.crds:
                 self._crds[defined].append(Provider(ProviderKind.CRD, tier, ref, f"CRD {ref.name}"))
             for manifest in tier_facts.helm_releases:
-                release = render.releases.get(manifest.ref)
+                release = releases.get(manifest.ref)
                 if release is not None and release.rendered:
                     # Its chart was rendered: the CRDs it installs are known exactly (crds/ under the
                     # release's CRD policy, and templates), so the knowledge base is not asked.

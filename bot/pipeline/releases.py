@@ -37,8 +37,7 @@ from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
 from bot.engine.scope import cluster_scoped_kinds
 from bot.engine.tree import RepoTree
 
-# The objects a HelmRelease's chart and values are read from (source-controller's kinds, and valuesFrom's).
-SOURCE_KINDS = frozenset({"HelmRepository", "GitRepository", "OCIRepository", "HelmChart", "ExternalArtifact", "Bucket"})
+# The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive
@@ -144,21 +143,22 @@ def render_releases(
 
 
 def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: Sequence[tuple[TierId, Manifest]]) -> dict[tuple[str, str, str], Manifest]:
-    """The chart sources, values ConfigMaps/Secrets and CRDs the render holds, read only from the tiers that have them."""
+    """The chart sources and CRDs (from the tiers' facts) and the valuesFrom ConfigMaps/Secrets (read only from the
+    tiers that have them): a commit checked before loads no other tier's objects."""
     wanted = _values_names(m for _, m in located)
     out: dict[tuple[str, str, str], Manifest] = {}
     for tid, tier_facts in facts.items():
-        kinds = {gk.kind for gk in tier_facts.kinds}
+        for manifest in (*tier_facts.chart_sources, *tier_facts.crd_outlines):
+            out.setdefault((manifest.ref.kind, manifest.ref.namespace, manifest.ref.name), manifest)
         has_values = any(
             (stub.ref.kind, stub.ref.namespace, stub.ref.name) in wanted
-            for kind in VALUES_KINDS for gk, stubs in tier_facts.kinds.items() if gk.group == "" and gk.kind == kind for stub in stubs
+            for gk, stubs in tier_facts.kinds.items() if gk.group == "" and gk.kind in VALUES_KINDS for stub in stubs
         )
-        if not (kinds & SOURCE_KINDS or has_values or tier_facts.crds):
+        if not has_values:
             continue
         for manifest in render.tiers[tid].manifests:
-            ref = manifest.ref
-            key = (ref.kind, ref.namespace, ref.name)
-            if ref.kind in SOURCE_KINDS or key in wanted or ref.group_kind == CRD:
+            key = (manifest.ref.kind, manifest.ref.namespace, manifest.ref.name)
+            if key in wanted:
                 out.setdefault(key, manifest)
     return out
 

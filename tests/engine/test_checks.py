@@ -877,7 +877,12 @@ SOUND_CASES = [
 @pytest.mark.parametrize("files", SOUND_CASES)
 def test_no_false_alarms(tmp_path, files):
     report = run(tmp_path, files)
-    assert [(f.check, str(f.kustomization), f.message) for f in report.findings] == []
+    # A chart no test can fetch (no network) is a note that its CRDs come from the knowledge base, not an alarm.
+    assert [(f.check, str(f.kustomization), f.message) for f in report.findings if not _chart_note(f)] == []
+
+
+def _chart_note(finding) -> bool:
+    return finding.check == "chart-not-rendered" and finding.severity is Severity.INFO
 
 
 # (Not the duplicate Kustomization case: which definition the render keeps is the first finished.)
@@ -917,7 +922,8 @@ def test_example_repo_from_cached_facts(tmp_path):
 def test_example_repo_only_stale_tier_order(cluster):
     report = check_repository(EXAMPLE, cluster)
     # The CDI CR's readiness gap: platform-config's wait: true passes before StorageProfile's CRD exists.
-    assert [(f.check, f.kustomization.name if f.kustomization else None, f.severity) for f in report.findings] == [
+    # (The example's charts come from public registries, out of a test's reach: notes, not findings.)
+    assert [(f.check, f.kustomization.name if f.kustomization else None, f.severity) for f in report.findings if not _chart_note(f)] == [
         ("dependency-not-waited", "platform-config-cdi", Severity.WARNING),
         ("tier-order-stale", "platform-config-cdi", Severity.WARNING),
         ("bootstrap", None, Severity.INFO),  # standup.sh resumes the tiers in TIER_ORDER, each Ready before the next
