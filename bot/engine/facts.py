@@ -101,10 +101,10 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
             crd_outlines.append(_crd_outline(manifest))
         elif gk == HELM_RELEASE:
             helm_releases.append(manifest)
-        if ref.kind in CHART_SOURCE_KINDS and ref.group == SOURCE_GROUP:
-            chart_sources.append(manifest)
         elif ref.kind == OCI_REPOSITORY_KIND:
             oci_urls[(ref.namespace, ref.name)] = str((manifest.body.get("spec") or {}).get("url", ""))
+        if ref.kind in CHART_SOURCE_KINDS and ref.group == SOURCE_GROUP:
+            chart_sources.append(manifest)
         derived.extend((kind, ref) for kind in sorted(knowledge.derived_kinds(manifest.body)))
         if ref.kind in PROVIDER_KINDS and not ref.namespace:
             provider_defs.add((ref.kind, ref.name))

@@ -398,6 +398,9 @@ def release_objects(
                 ref = ObjectRef(ref.api_version, ref.kind, "", ref.name)
             elif not ref.namespace:
                 ref = ObjectRef(ref.api_version, ref.kind, spec.namespace, ref.name)
+                # Written into the body too: the object Helm applies has it, and a chart that starts writing
+                # `namespace: {{ .Release.Namespace }}` changes nothing a diff should show.
+                doc = {**doc, "metadata": {**doc["metadata"], "namespace": spec.namespace}}
             annotations = (doc.get("metadata") or {}).get("annotations")
             hook = annotations.get(HOOK_ANNOTATION) if isinstance(annotations, dict) else None
             objects.append(ChartObject(Manifest(ref, doc, spec.origin), f"{label}{path}", str(hook) if hook else None))

@@ -188,3 +188,18 @@ def test_a_source_outside_git_is_not_rendered_and_says_so(tmp_path: Path) -> Non
     [finding] = [f for f in report.findings if f.check == "chart-not-rendered"]
     assert finding.severity is Severity.INFO and "2 HelmReleases" in finding.message and "HelmRepository flux-system/bitnami" in finding.message
     assert report.releases_not_rendered == 2 and not [f for f in report.findings if f.severity is Severity.ERROR]
+
+
+def test_a_chart_s_objects_are_checked_too(tmp_path: Path) -> None:
+    # The chart renders a Gadget nobody serves, a ConfigMap the tier applies as well, and a bad name.
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp"), obj("v1", "ConfigMap", "shared", "default", data={"a": "1"})])
+    templates = repo / "charts/webapp/templates"
+    (templates / "gadget.yaml").write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
+    (templates / "shared.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared}\ndata: {b: '2'}\n")
+    (templates / "bad.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n")
+    report = check_repository(repo, "dev", CheckOptions())
+    found = {f.check: f for f in report.findings if f.check.startswith("chart-")}
+    assert set(found) == {"chart-invalid-name", "chart-unknown-kind", "chart-duplicate-object"}, [f"{f.check}: {f.message}" for f in report.findings]
+    assert "Gadget.example.com (g)" in found["chart-unknown-kind"].message
+    assert "ConfigMap/default/shared (also Kustomization flux-system/apps)" in found["chart-duplicate-object"].message
+    assert found["chart-invalid-name"].severity is Severity.ERROR and all(f.location and f.location.file == "apps/release.yaml" for f in found.values())

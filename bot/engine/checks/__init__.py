@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # Each check module registers its checks when imported (`@check`); importing them all here is the registry.
-from bot.engine.checks import crds, graph, names, ownership, references, substitution  # noqa: F401
+from bot.engine.checks import crds, graph, names, ownership, references, releases, substitution  # noqa: F401
 from bot.engine.checks.context import CHECKS, RUNNERS, CheckContext, CheckInfo
 from bot.engine.model import Finding
 
