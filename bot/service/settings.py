@@ -143,6 +143,20 @@ def chart_options(settings: ChartSettings, env: Mapping[str, str]) -> ChartOptio
     return ChartOptions(render=settings.render, policy=policy)
 
 
+def read_chart_credentials(path: Path, env: Mapping[str, str]) -> dict[str, Credential]:
+    """`--chart-credentials-file FILE`: a YAML `credentials:` list as in the service settings' `charts:`, its secrets read now."""
+    try:
+        doc = load_one(path.read_text(encoding="utf-8"), str(path)) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(doc, dict) or set(doc) - {"credentials"}:
+        raise ConfigError(f"{path} must be a mapping with one key, `credentials` (a list as in the service settings' charts.credentials)")
+    specs = parse_chart_settings({"credentials": doc.get("credentials")}).credentials
+    return {spec.key: _credential(spec, env, n) for n, spec in enumerate(specs)}
+
+
 def _credential(spec: ChartCredentialSpec, env: Mapping[str, str], n: int) -> Credential:
     """One chart credential, its secrets from the variables or files it names; a named variable that is unset stops the start."""
     where = f"charts.credentials[{n}]"

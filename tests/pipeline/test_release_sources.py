@@ -266,6 +266,38 @@ def test_a_repository_behind_basic_auth_needs_credentials_and_never_shows_them(t
         assert CHART_PASSWORD not in text and base64.b64encode(f"reader:{CHART_PASSWORD}".encode()).decode() not in text
 
 
+def test_the_cli_reads_chart_credentials_from_a_file_that_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = chart_root(tmp_path, {"1.0.0": {}})
+    with serve_chart_repo(ChartRepo(root, auth=("reader", CHART_PASSWORD))) as served:
+        host = host_of(served.url)
+        repo = flux_tree(tmp_path, [helm_repository(served.url), from_repository("web", "1.0.0")])
+        common = ["check", "--repo", str(repo), "--cluster", "dev", "--no-cache", "--allow-chart-host", host]
+        outputs = []
+        for fmt in ("text", "json", "markdown"):
+            assert main([*common, "--format", fmt]) == 0
+            outputs.append(capsys.readouterr())
+        assert "needs credentials" in outputs[0].out
+        creds = tmp_path / "chart-credentials.yaml"
+        creds.write_text(f"credentials:\n  - {{host: '{host}', username: reader, password_env: FW_CHART_PW}}\n")
+        monkeypatch.setenv("FW_CHART_PW", CHART_PASSWORD)
+        for fmt in ("text", "json", "markdown"):
+            assert main([*common, "--format", fmt, "--chart-credentials-file", str(creds)]) == 0
+            outputs.append(capsys.readouterr())
+        assert json.loads(outputs[4].out)["helmReleases"] == {"rendered": 1, "notRendered": 0}
+        monkeypatch.setenv("FW_CHART_PW", "not-the-" + CHART_PASSWORD)
+        assert main([*common, "--chart-credentials-file", str(creds)]) == 0
+        outputs.append(capsys.readouterr())
+        assert "refused the credentials" in outputs[-1].out
+        monkeypatch.delenv("FW_CHART_PW")
+        assert main([*common, "--chart-credentials-file", str(creds)]) == 2
+        outputs.append(capsys.readouterr())
+        assert "$FW_CHART_PW (password) is not set" in outputs[-1].err
+    for captured in outputs:
+        assert CHART_PASSWORD not in captured.out + captured.err
+
+
 # -- values from the cluster's ConfigMaps and Secrets ------------------------------------------------------------
 
 

@@ -80,3 +80,13 @@ def test_the_service_passes_the_chart_settings_to_every_run(tmp_path: Path) -> N
     service = build_service(config)
     assert service.bot.options.charts == config.charts
     assert service.bot.options.charts.policy.allow_hosts == {"127.0.0.1:5000"}
+
+
+def test_the_example_configs_charts_section_loads_as_documented(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "config/fluxwarden.example.yaml"
+    text = example.read_text()
+    block = text[text.index("\ncharts:\n"):text.index("\nlisten:")]  # the `charts:` section as the file has it
+    charts = load(tmp_path, block).charts
+    assert charts.render and not charts.policy.offline and not charts.policy.credentials
+    assert charts.policy.allow_hosts == {"charts.internal.example:8443", "ghcr.io"}
+    assert dict(charts.policy.mirrors) == {"charts.bitnami.com": "https://nexus.internal.example/repository/bitnami"}
