@@ -97,6 +97,7 @@ class ChartStage:
 
     @property
     def fetcher(self) -> ChartFetcher:
+        """The run's fetcher: the policy's hosts plus the source hosts, fixed before its first use."""
         self.fix_source_hosts(())  # fetching before any render fixed them: no source host at all
         with self._lock:
             if self._fetcher is None:
