@@ -472,7 +472,8 @@ class ChartFetcher:
             literal = None
         match = "exact" if ep.authority in self._mirror_targets else cs.allow_match(self._policy, ep, literal is not None)
         if match is None:
-            raise ChartFetchError("not-allowed", f"{ep.authority} is not an allowed chart host (allow_hosts)")
+            raise ChartFetchError("not-allowed", f"{ep.authority} is not named by the base branch's sources nor listed in "
+                                                 f"charts.allow_hosts (--allow-chart-host)")
         addresses = [literal] if literal is not None else self._addresses(ep)
         if match != "exact" and any(_internal(a) for a in addresses):
             raise ChartFetchError("not-allowed", f"{ep.host} resolves to an internal address (loopback, private, "

@@ -74,9 +74,12 @@ class FetchPolicy:
     `allow_hosts` entries are `host` (that host on any port, public addresses only) or `host:port` (that exact
     endpoint, which may be internal: loopback, private, link-local). A bare IP literal such as `127.0.0.1`
     allows that address on any port. A mirror's target counts as an exact entry: the operator configured it.
+    `source_hosts` are the hosts the base branch's sources name (bot/pipeline/releases.py fixes them once per
+    run): any port, public addresses only, whatever the entry looks like; only `allow_hosts` opens an internal one.
     """
 
     allow_hosts: frozenset[str] = frozenset()
+    source_hosts: frozenset[str] = frozenset()
     mirrors: Mapping[str, str] = field(default_factory=dict)
     credentials: Mapping[str, Credential] = field(default_factory=dict, repr=False)
     offline: bool = False
@@ -84,6 +87,7 @@ class FetchPolicy:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow_hosts", frozenset(h.lower() for h in self.allow_hosts))
+        object.__setattr__(self, "source_hosts", frozenset(h.lower().strip("[]") for h in self.source_hosts))
         object.__setattr__(self, "mirrors", _frozen({k.lower(): v.rstrip("/") for k, v in self.mirrors.items()}))
         object.__setattr__(self, "credentials", _frozen(self.credentials))
 
@@ -135,13 +139,25 @@ def endpoint(url: str) -> Endpoint:
 
 
 def allow_match(policy: FetchPolicy, ep: Endpoint, is_ip_literal: bool) -> str | None:
-    """How `allow_hosts` admits an endpoint: "exact" (internal addresses allowed), "host" (public only), or None."""
+    """How the policy admits an endpoint: "exact" (internal addresses allowed), "host" (public only), or None."""
     hosts = policy.allow_hosts
     if ep.authority in hosts or f"{ep.host}:{ep.port}" in hosts:
         return "exact"
     if ep.host in hosts or f"[{ep.host}]" in hosts:
         return "exact" if is_ip_literal else "host"
+    if ep.host in policy.source_hosts:
+        return "host"  # named by the base branch: never unlocks loopback, private or metadata addresses
     return None
+
+
+def source_host(url: object) -> str | None:
+    """The host a source's `spec.url` names (lower case, IPv6 without brackets), or None when it is no http(s)/oci URL."""
+    if not isinstance(url, str):
+        return None
+    try:
+        return endpoint(url.strip()).host
+    except ChartFetchError:
+        return None
 
 
 def redact(url: str) -> str:

@@ -286,3 +286,98 @@ def parse_repo(raw: Any) -> RepoPolicy:
         allow_forks=bool(raw.get("allow_forks", False)),
         permission=default_permission,
     )
+
+
+@dataclass(frozen=True)
+class ChartCredentialSpec:
+    """Where one chart credential is read from (env variable names, or files): by host (`host[:port]`) or a source's `secretRef`."""
+
+    host: str | None = None
+    secret: str | None = None  # "namespace/name" of the sources' spec.secretRef
+    username: str | None = None  # a user name is not a secret: it may be written out
+    username_env: str | None = None
+    password_env: str | None = None
+    password_file: str | None = None
+    token_env: str | None = None
+    token_file: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The key `FetchPolicy.credentials` looks it up by."""
+        return f"secret:{self.secret}" if self.secret else str(self.host)
+
+
+@dataclass(frozen=True)
+class ChartSettings:
+    """`charts:` of the service settings: hosts that may be reached besides the base branch's sources, mirrors, offline, credentials."""
+
+    render: bool = True
+    allow_hosts: tuple[str, ...] = ()
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    offline: bool = False
+    credentials: tuple[ChartCredentialSpec, ...] = ()
+
+
+_CHART_KEYS = {"render", "allow_hosts", "mirrors", "offline", "credentials"}
+_CREDENTIAL_KEYS = {"host", "secret", "username", "username_env", "password_env", "password_file", "token_env", "token_file"}
+
+
+def parse_chart_settings(raw: Any) -> ChartSettings:
+    """`charts:` from the YAML (the secrets themselves are read by bot/service/settings.py, never from here)."""
+    if raw is None:
+        return ChartSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError("`charts` must be a mapping (allow_hosts, mirrors, offline, credentials, render)")
+    unknown = set(raw) - _CHART_KEYS
+    if unknown:
+        raise ConfigError(f"unknown key(s) in charts: {', '.join(sorted(unknown))}")
+    for key in ("render", "offline"):
+        if not isinstance(raw.get(key, False), bool):
+            raise ConfigError(f"charts.{key} must be true or false")
+    hosts = raw.get("allow_hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() and "/" not in h for h in hosts):
+        raise ConfigError("charts.allow_hosts must be a list of HOST or HOST:PORT strings")
+    mirrors = raw.get("mirrors") or {}
+    if not isinstance(mirrors, dict):
+        raise ConfigError("charts.mirrors must map HOST to a URL")
+    for host, url in mirrors.items():
+        if not isinstance(host, str) or not host.strip() or not isinstance(url, str) or not url.startswith(("http://", "https://", "oci://")):
+            raise ConfigError(f"charts.mirrors: {host!r} must map to an http(s):// or oci:// URL")
+    entries = raw.get("credentials") or []
+    if not isinstance(entries, list):
+        raise ConfigError("charts.credentials must be a list")
+    return ChartSettings(
+        render=raw.get("render", True),
+        allow_hosts=tuple(h.strip().lower() for h in hosts),
+        mirrors={k.strip().lower(): v.strip() for k, v in mirrors.items()},
+        offline=raw.get("offline", False),
+        credentials=tuple(_chart_credential(entry, n) for n, entry in enumerate(entries)),
+    )
+
+
+def _chart_credential(raw: Any, n: int) -> ChartCredentialSpec:
+    where = f"charts.credentials[{n}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    unknown = set(raw) - _CREDENTIAL_KEYS
+    if unknown:
+        # A literal `password:` or `token:` is refused: secrets never live in this file.
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(sorted(unknown))} (secrets come from *_env or *_file)")
+    if not isinstance(raw.get("host"), str) and not isinstance(raw.get("secret"), str):
+        raise ConfigError(f"{where} needs `host: HOST[:PORT]` or `secret: NAMESPACE/NAME`")
+    if raw.get("host") and raw.get("secret"):
+        raise ConfigError(f"{where}: set either `host` or `secret`, not both")
+    secret = raw.get("secret")
+    if secret is not None and (not isinstance(secret, str) or secret.count("/") != 1 or not all(secret.split("/"))):
+        raise ConfigError(f"{where}: `secret` must be NAMESPACE/NAME")
+    for key in _CREDENTIAL_KEYS - {"secret"}:
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"{where}: `{key}` must be a non-empty string")
+    if not any(raw.get(k) for k in ("password_env", "password_file", "token_env", "token_file")):
+        raise ConfigError(f"{where} needs a password or token (password_env, password_file, token_env or token_file)")
+    host = raw.get("host")
+    return ChartCredentialSpec(
+        host=host.strip().lower() if isinstance(host, str) else None, secret=secret,
+        **{k: raw[k].strip() for k in _CREDENTIAL_KEYS - {"host", "secret"} if raw.get(k)},
+    )

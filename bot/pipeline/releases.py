@@ -7,6 +7,13 @@ repository, its values composed (bot/engine/helmvalues.py), and the chart render
 a bounded worker (bot/adapters/helm.py). Renders are cached by everything that decides them. A chart that
 cannot be had is `chart-not-rendered` (grouped per source) and falls back to the knowledge base; a chart
 that fails at these values is an error, as helm-controller would fail the install.
+
+Who may be fetched from (a PR must not choose; issue 21): the hosts the base branch's HelmRepository and
+OCIRepository `spec.url`s name, at public addresses only, plus the operator's `charts.allow_hosts`
+(`--allow-chart-host`), the only entries that may open a loopback, private or link-local address. The run's
+first `render_releases` (the base side of a review, the only side of a check) fixes those hosts; the head of a
+review never adds one, so a HelmRepository only the PR names is "not allowed". A review whose base cannot be
+rendered fixes none (bot/pipeline/review.py).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import io
 import json
 import posixpath
 import tarfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +35,7 @@ from bot.adapters.charts import ChartFetcher
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.workers import WorkerPool
 from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult
-from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy
+from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
 from bot.engine.config import RepoConfig
 from bot.engine.facts import TierFacts
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
@@ -42,6 +50,12 @@ VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive
 MAX_CHART_BYTES = 100 * 1024 * 1024
+NAMING_KINDS = frozenset({"HelmRepository", "OCIRepository"})  # the sources whose spec.url names a host to fetch from
+# A fetch failure's reason, as the chart-not-rendered line says it.
+PLAIN_REASONS = {
+    "not-allowed": "not allowed", "unreachable": "unreachable", "needs-credentials": "needs credentials",
+    "too-large": "too large", "not-found": "not found", "invalid": "invalid",
+}
 
 
 @dataclass(frozen=True)
@@ -66,12 +80,29 @@ class ChartStage:
         self._fetcher: ChartFetcher | None = None
         self._pool: WorkerPool | None = None
         self._helm: HelmRenderer | None = None
+        self._lock = threading.Lock()
+        self._source_hosts: frozenset[str] | None = None
+
+    @property
+    def source_hosts(self) -> frozenset[str] | None:
+        """The hosts the base branch's sources name (None: not fixed yet)."""
+        return self._source_hosts
+
+    def fix_source_hosts(self, hosts: Iterable[str]) -> None:
+        """Fix the run's source hosts on its first call (the base side); later calls (the head) change nothing."""
+        with self._lock:
+            if self._source_hosts is None:
+                self._source_hosts = frozenset(h.lower() for h in hosts)
 
     @property
     def fetcher(self) -> ChartFetcher:
-        if self._fetcher is None:
-            self._fetcher = ChartFetcher(self.options.policy, self._cache_dir)
-        return self._fetcher
+        """The run's fetcher: the policy's hosts plus the source hosts, fixed before its first use."""
+        self.fix_source_hosts(())  # fetching before any render fixed them: no source host at all
+        with self._lock:
+            if self._fetcher is None:
+                policy = replace(self.options.policy, source_hosts=self.options.policy.source_hosts | (self._source_hosts or frozenset()))
+                self._fetcher = ChartFetcher(policy, self._cache_dir)
+            return self._fetcher
 
     @property
     def helm(self) -> HelmRenderer:
@@ -110,8 +141,12 @@ def render_releases(
     touched: Callable[[ObjectRef], bool] = lambda _ref: False,
 ) -> ClusterRender:
     """The render with its HelmReleases' charts rendered (`ClusterRender.releases`) and the findings that produced."""
+    if not stage.options.render:
+        return render
+    if stage.source_hosts is None:
+        stage.fix_source_hosts(_named_hosts(render, facts))
     located = [(tid, m) for tid, f in facts.items() for m in f.helm_releases if not render.tiers[tid].spec.kube_config]
-    if not located or not stage.options.render:
+    if not located:
         return render
     objects = _objects(render, facts, located)
     findings: list[Finding] = []
@@ -163,6 +198,20 @@ def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: 
     return out
 
 
+def _named_hosts(render: ClusterRender, facts: Mapping[TierId, TierFacts]) -> set[str]:
+    """The hosts this render's HelmRepository and OCIRepository objects name in `spec.url`."""
+    hosts: set[str] = set()
+    for tid, tier_facts in facts.items():
+        if not any(gk.kind in NAMING_KINDS for gk in tier_facts.kinds):
+            continue
+        for manifest in render.tiers[tid].manifests:
+            spec = manifest.body.get("spec") if manifest.ref.kind in NAMING_KINDS else None
+            host = source_host(spec.get("url")) if isinstance(spec, Mapping) else None
+            if host:
+                hosts.add(host)
+    return hosts
+
+
 def _values_names(manifests: Iterable[Manifest]) -> set[tuple[str, str, str]]:
     """(kind, namespace, name) of every ConfigMap and Secret a HelmRelease's valuesFrom names."""
     out = set()
@@ -198,7 +247,7 @@ def _render_one(
     try:
         chart = _fetch(plan, stage.fetcher, snapshot)
     except ChartFetchError as exc:
-        return replace(base, reason=f"{exc.reason}: {exc}"), []
+        return replace(base, reason=f"{PLAIN_REASONS.get(exc.reason, exc.reason)}: {exc}"), []
     values = compose_values(spec, objects)
     findings = list(values.missing)
     request = ChartRenderRequest(

@@ -81,6 +81,8 @@ def review_repository(
             base_side: Analysis | None = analyse(base_renderer, cluster, live=live, bootstrap=options.bootstrap) if base_renderer is not None else None
         except UserError:
             base_side = None  # the cluster is new in this change
+        if run.charts is not None:
+            run.charts.fix_source_hosts(())  # a base without a render names no host: the head never adds any
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
         head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap)

@@ -259,12 +259,16 @@ def _chart_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-chart-host", action="append", default=[], metavar="HOST[:PORT]",
         help="also fetch charts from this host, even at a private or loopback address (repeatable)",
     )
+    parser.add_argument(
+        "--chart-credentials-file", type=Path, metavar="FILE",
+        help="chart credentials by host or secretRef: a YAML `credentials:` list as in the service settings (secrets from env or files)",
+    )
     parser.add_argument("--offline", action="store_true", help="render charts from the cache and mirrors only")
     parser.add_argument("--no-charts", action="store_true", help="do not render HelmReleases' charts (the knowledge base judges their CRDs)")
 
 
 def _charts(args: argparse.Namespace) -> ChartOptions:
-    """The chart options a command's flags give (credentials never come from a flag: see the service settings)."""
+    """The chart options a command's flags give (credentials never come from a flag: a file names where they are)."""
     mirrors = {}
     for item in args.chart_mirror:
         host, sep, url = item.partition("=")
@@ -272,7 +276,12 @@ def _charts(args: argparse.Namespace) -> ChartOptions:
             raise UserError(f"--chart-mirror takes HOST=URL with an http(s):// or oci:// URL (got {item!r})")
         mirrors[host.strip().lower()] = url.strip()
     allowed = frozenset(h.strip().lower() for h in args.allow_chart_host if h.strip())
-    policy = FetchPolicy(allow_hosts=allowed, mirrors=mirrors, offline=args.offline)
+    credentials = {}
+    if args.chart_credentials_file is not None:
+        from bot.service.settings import read_chart_credentials
+
+        credentials = read_chart_credentials(args.chart_credentials_file, os.environ)
+    policy = FetchPolicy(allow_hosts=allowed, mirrors=mirrors, offline=args.offline, credentials=credentials)
     return ChartOptions(render=not args.no_charts, policy=policy)
 
 

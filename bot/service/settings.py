@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bot.adapters.github import GitHubAuth
+from bot.engine.chartsource import Credential, FetchPolicy
 from bot.engine.errors import ConfigError, InputError
 from bot.engine.settings import (
-    DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_git_identity, parse_leader_election, parse_repo,
+    ChartCredentialSpec, ChartSettings, DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_chart_settings,
+    parse_git_identity, parse_leader_election, parse_repo,
 )
 from bot.engine.yamlio import load_one
+from bot.pipeline.releases import ChartOptions
 
 DEFAULT_API_URL = "https://api.github.com"
 
@@ -38,6 +41,8 @@ class ServiceConfig:
     github_login: str | None = None
     git_identity: GitIdentity = field(default_factory=GitIdentity)  # author/committer of the bot's commits
     leader_election: LeaderElection = field(default_factory=LeaderElection)  # high availability (docs/high-availability.md)
+    # How HelmReleases' charts are fetched (`charts:`): hosts besides the base branch's sources, mirrors, credentials.
+    charts: ChartOptions = field(default_factory=ChartOptions)
 
     def repo(self, full_name: str) -> RepoPolicy | None:
         """The policy of an allowlisted repository (case-insensitive, like GitHub names)."""
@@ -71,7 +76,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} must be a mapping")
     known = {"webhook", "github", "repos", "limits", "listen", "cache_dir", "public_url", "git"}
-    known |= {"leader_election"}
+    known |= {"leader_election", "charts"}
     unknown = set(doc) - known
     if unknown:
         raise ConfigError(f"unknown key(s) in {path}: {', '.join(sorted(unknown))}")
@@ -121,7 +126,64 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         github_login=env.get("FLUXWARDEN_GITHUB_LOGIN") or gh.get("login"),
         git_identity=parse_git_identity(doc.get("git"), env),
         leader_election=parse_leader_election(doc.get("leader_election"), env),
+        charts=chart_options(parse_chart_settings(doc.get("charts")), env),
     )
+
+
+def chart_options(settings: ChartSettings, env: Mapping[str, str]) -> ChartOptions:
+    """The chart options of `charts:`, its credentials read from the environment or files now.
+
+    FLUXWARDEN_CHARTS_ALLOW_HOSTS (comma-separated) adds hosts; FLUXWARDEN_CHARTS_OFFLINE=true turns fetching off.
+    """
+    hosts = set(settings.allow_hosts)
+    hosts.update(h.strip().lower() for h in env.get("FLUXWARDEN_CHARTS_ALLOW_HOSTS", "").split(",") if h.strip())
+    offline_env = env.get("FLUXWARDEN_CHARTS_OFFLINE", "").strip().lower()
+    offline = offline_env in ("1", "true", "yes", "on") if offline_env else settings.offline
+    credentials = {spec.key: _credential(spec, env, n) for n, spec in enumerate(settings.credentials)}
+    policy = FetchPolicy(allow_hosts=frozenset(hosts), mirrors=dict(settings.mirrors), credentials=credentials, offline=offline)
+    return ChartOptions(render=settings.render, policy=policy)
+
+
+def read_chart_credentials(path: Path, env: Mapping[str, str]) -> dict[str, Credential]:
+    """`--chart-credentials-file FILE`: a YAML `credentials:` list as in the service settings' `charts:`, its secrets read now."""
+    try:
+        doc = load_one(path.read_text(encoding="utf-8"), str(path)) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(doc, dict) or set(doc) - {"credentials"}:
+        raise ConfigError(f"{path} must be a mapping with one key, `credentials` (a list as in the service settings' charts.credentials)")
+    specs = parse_chart_settings({"credentials": doc.get("credentials")}).credentials
+    return {spec.key: _credential(spec, env, n) for n, spec in enumerate(specs)}
+
+
+def _credential(spec: ChartCredentialSpec, env: Mapping[str, str], n: int) -> Credential:
+    """One chart credential, its secrets from the variables or files it names; a named variable that is unset stops the start."""
+    where = f"charts.credentials[{n}]"
+
+    def read(var: str | None, file: str | None, what: str) -> str | None:
+        if var:
+            value = env.get(var) or None
+            if value is None and env.get(f"{var}_FILE"):
+                file = env[f"{var}_FILE"]
+            elif value is None and not file:
+                raise ConfigError(f"{where}: ${var} ({what}) is not set")
+            if value is not None:
+                return value
+        if file:
+            try:
+                return Path(file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"{where}: cannot read {what} file {file}: {exc.strerror}") from None
+        return None
+
+    username = spec.username or read(spec.username_env, None, "user name")
+    password = read(spec.password_env, spec.password_file, "password")
+    token = read(spec.token_env, spec.token_file, "token")
+    if password and not username:
+        raise ConfigError(f"{where}: a password needs `username` or `username_env`")
+    return Credential(username=username, password=password, token=token)
 
 
 def _check_schedule(policy: DriftPolicy, where: str) -> None:

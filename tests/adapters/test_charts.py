@@ -235,6 +235,20 @@ def test_a_listed_name_that_resolves_to_an_internal_address_is_refused(repo: Cha
     assert repo.log == []
 
 
+def test_a_source_host_opens_public_addresses_only(repo: ChartRepo) -> None:
+    """A host the base branch's sources name, resolving to loopback (or written as it): refused before connecting."""
+    port = int(host_of(repo.url).rsplit(":", 1)[1])
+    named = FetchPolicy(source_hosts=frozenset({"charts.example.com", "127.0.0.1"}))
+    fetcher = ChartFetcher(named, None, resolver=lambda host, _port: ["127.0.0.1"])
+    error = fail(fetcher.http_chart, f"http://charts.example.com:{port}", "demo", "1.0.0")
+    assert error.reason == "not-allowed" and "internal address" in str(error)
+    error = fail(fetcher.http_chart, repo.url, "demo", "1.0.0")
+    assert error.reason == "not-allowed" and "internal address" in str(error)
+    error = fail(fetcher.http_chart, f"http://unnamed.example.com:{port}", "demo", "1.0.0")
+    assert error.reason == "not-allowed" and "not named by the base branch's sources" in str(error)
+    assert repo.log == []
+
+
 def test_connects_to_the_address_it_checked_and_keeps_the_name(repo: ChartRepo) -> None:
     """A rebinding DNS answers 169.254.169.254 the second time: there is no second time, and Host keeps the name."""
     port = int(host_of(repo.url).rsplit(":", 1)[1])

@@ -19,6 +19,7 @@ from bot.engine.chartsource import (
     redact,
     resolve_reference_url,
     select_entry,
+    source_host,
     select_tag,
     tag_for,
 )
@@ -55,6 +56,20 @@ def test_allow_match_forms() -> None:
     assert allow_match(policy, endpoint("http://127.0.0.1:9999/"), True) == "exact"  # a listed literal address
     assert allow_match(policy, endpoint("http://[::1]:5000/"), True) == "exact"
     assert allow_match(policy, endpoint("http://evil.example/"), False) is None
+
+
+def test_source_hosts_admit_public_addresses_only() -> None:
+    # Hosts the base branch's sources name: any port, and even a literal or an exact-looking entry stays "host".
+    policy = FetchPolicy(source_hosts=frozenset({"Charts.Example.com", "127.0.0.1", "[::1]"}))
+    assert allow_match(policy, endpoint("https://charts.example.com/x"), False) == "host"
+    assert allow_match(policy, endpoint("oci://charts.example.com:5000/x"), False) == "host"
+    assert allow_match(policy, endpoint("http://127.0.0.1:8080/"), True) == "host"  # never "exact": loopback stays shut
+    assert allow_match(policy, endpoint("http://[::1]:8080/"), True) == "host"
+    assert allow_match(policy, endpoint("https://other.example.com/"), False) is None
+    both = FetchPolicy(allow_hosts=frozenset({"127.0.0.1:8080"}), source_hosts=frozenset({"127.0.0.1"}))
+    assert allow_match(both, endpoint("http://127.0.0.1:8080/"), True) == "exact"  # only allow_hosts opens it
+    assert [source_host(u) for u in ("https://A.example/x", "oci://ghcr.io/o/c", "http://[::1]:5000", "s3://b", 7, "nope")] == \
+        ["a.example", "ghcr.io", "::1", None, None, None]
 
 
 def test_mirror_url_and_credentials() -> None:
