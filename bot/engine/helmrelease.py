@@ -428,31 +428,35 @@ def _from_oci_repository(ref: SourceRef, sources: Sources) -> ChartPlan | ChartU
 
 
 def not_rendered_findings(unavailable: Sequence[tuple[ReleaseSpec, str, bool]]) -> list[Finding]:
-    """One `chart-not-rendered` finding per source, listing its HelmReleases; a warning when the change touches one."""
-    groups: dict[str, list[tuple[ReleaseSpec, str, bool]]] = {}
+    """One `chart-not-rendered` finding per reason (an unreachable registry, a host not allowed, …), listing its
+    sources and HelmReleases; those a change touches apart, as a warning. A home-lab whose 80 apps each have an
+    OCIRepository on one registry reads one line, not 80."""
+    groups: dict[tuple[str, bool], list[tuple[ReleaseSpec, str, bool]]] = {}
     for entry in unavailable:
-        spec = entry[0]
-        source = _source_of(spec)
-        groups.setdefault(source, []).append(entry)
+        groups.setdefault((entry[1], entry[2]), []).append(entry)
     findings = []
-    for source, entries in sorted(groups.items()):
-        reasons = sorted({reason for _, reason, _ in entries})
-        touched = any(t for _, _, t in entries)
+    for (reason, touched), entries in sorted(groups.items()):
         severity = max((_severity(spec) for spec, _, _ in entries), key=lambda s: -s.rank)
         if touched and severity == Severity.INFO:
             severity = Severity.WARNING
-        names = ", ".join(sorted(str(spec.id) for spec, _, _ in entries))
-        count = plural(len(entries), "HelmRelease")
+        ids = sorted(str(spec.id) for spec, _, _ in entries)
+        names = ", ".join(ids[:_LISTED]) + (f" and {len(ids) - _LISTED} more" if len(ids) > _LISTED else "")
+        sources = sorted({_source_of(spec) for spec, _, _ in entries})
+        where = sources[0] if len(sources) == 1 else f"{len(sources)} sources ({', '.join(sources[:3])}{', …' if len(sources) > 3 else ''})"
+        changed = "(changed by this PR) " if touched else ""
         findings.append(
             Finding(
                 NOT_RENDERED_CHECK,
                 severity,
-                f"{count} from {source} not rendered: {'; '.join(reasons)}; their CRDs come from the knowledge base ({names})",
+                f"{plural(len(entries), 'HelmRelease')} {changed}from {where} not rendered: {reason}; their CRDs come from the knowledge base ({names})",
                 object=entries[0][0].ref if len(entries) == 1 else None,
                 location=entries[0][0].origin if len(entries) == 1 else None,
             )
         )
     return findings
+
+
+_LISTED = 10  # HelmReleases named in a not-rendered finding before "and N more"
 
 
 def _source_of(spec: ReleaseSpec) -> str:

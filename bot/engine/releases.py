@@ -9,7 +9,7 @@ really installs (bot/engine/providers.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from bot.engine.diff import ClusterDiff, ObjectChange, diff_clusters
 from bot.engine.helmvalues import fold_churn

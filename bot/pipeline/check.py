@@ -103,7 +103,7 @@ def check_session(session: Session, cluster: str, live: LiveState | None = None,
     return build_report(analysis.render, analysis.graph, [*analysis.report.findings, *preconditions], analysis.report.cold_start)
 
 
-def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, bootstrap: bool = True) -> Analysis:
+def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, bootstrap: bool = True, changed: frozenset[str] = frozenset()) -> Analysis:
     """Render a cluster (and its siblings, for graph-drift) and run every check.
 
     With `live`, CRDs on the cluster are providers too (who made them decides their tier), and an
@@ -119,11 +119,13 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
     tier_facts = facts.of_render(render)
     if renderer.charts is not None:
-        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster))
+        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed)
     graph = TierGraph(t.spec for t in render.tiers.values())
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.
-    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap, releases_key(render) if render.releases else "")
+    # (A change's files judge its not-rendered charts: a HelmRelease it edits is a warning, so they key it too.)
+    charts = releases_key(render, changed) if render.releases else ""
+    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap, charts)
     cached = memo.get()
     findings, cold_start = cached if cached is not None else (None, None)
     if findings is None:

@@ -28,7 +28,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.charts import ChartFetcher
@@ -138,7 +138,7 @@ def render_releases(
     snapshot: RepoTree,
     *,
     kube_version: str = DEFAULT_KUBE_VERSION,
-    touched: Callable[[ObjectRef], bool] = lambda _ref: False,
+    changed: frozenset[str] = frozenset(),
 ) -> ClusterRender:
     """The render with its HelmReleases' charts rendered (`ClusterRender.releases`) and the findings that produced."""
     if not stage.options.render:
@@ -172,7 +172,9 @@ def render_releases(
         releases[job.manifest.ref] = release
         findings.extend(replace(f, kustomization=f.kustomization or job.tier) for f in release_findings)
         if release.outcome is Outcome.NOT_RENDERED:
-            unavailable.append((job.spec, release.reason, touched(job.manifest.ref)))
+            # A HelmRelease the change edits (its file, or anything its tier reads) is judged blind: a warning.
+            touched = bool(changed) and (render.tiers[job.tier].inputs & changed or (job.spec.origin is not None and job.spec.origin.file in changed))
+            unavailable.append((job.spec, release.reason, bool(touched)))
     findings.extend(replace(f, kustomization=f.kustomization) for f in not_rendered_findings(unavailable))
     return replace(render, releases=releases, findings=(*render.findings, *findings))
 
@@ -346,10 +348,11 @@ def _chart_version(chart_yaml: str) -> str:
     return ""
 
 
-def releases_key(render: ClusterRender) -> str:
-    """What a cluster's findings depend on beyond its commit: each release's chart, version and outcome."""
+def releases_key(render: ClusterRender, changed: frozenset[str] = frozenset()) -> str:
+    """What a cluster's findings depend on beyond its commit: each release's chart, version and outcome (and, for
+    a change, its files: they decide which not-rendered HelmReleases it touches)."""
     parts = sorted((str(r.ref), r.outcome.value, r.chart, r.version or "", r.reason) for r in render.releases.values())
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([parts, sorted(changed)]).encode()).hexdigest()
 
 
 __all__ = ["ChartOptions", "ChartStage", "pack_chart", "releases_key", "render_releases"]

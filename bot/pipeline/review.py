@@ -85,7 +85,7 @@ def review_repository(
             run.charts.fix_source_hosts(())  # a base without a render names no host: the head never adds any
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
-        head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap)
+        head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap, changed=changed)
         review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
         return with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
 

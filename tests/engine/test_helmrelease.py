@@ -293,14 +293,25 @@ def test_cache_key_covers_what_decides_the_archive_only() -> None:
 # -- not rendered ---------------------------------------------------------------------------------
 
 
-def test_not_rendered_grouped_per_source() -> None:
+def test_not_rendered_grouped_per_reason() -> None:
     bitnami = obj(SRC, "HelmRepository", "bitnami", "flux-system", spec={"url": "https://charts.bitnami.com/bitnami"})
     specs = [parse(from_repo(chart=c, name="bitnami"), sources(bitnami), name=c) for c in ("redis", "postgresql", "kafka")]
     bucket = parse(from_repo(kind="Bucket", name="charts"), name="app")
     findings = not_rendered_findings([(s, "unreachable (offline)", False) for s in specs] + [(bucket, "Bucket sources are not fetched", True)])
     assert [f.severity for f in findings] == [Severity.WARNING, Severity.INFO]
-    assert findings[0].message.startswith("1 HelmRelease from Bucket flux-system/charts not rendered: Bucket sources are not fetched")
+    assert findings[0].message.startswith("1 HelmRelease (changed by this PR) from Bucket flux-system/charts not rendered: Bucket sources are not fetched")
     assert findings[0].object == bucket.ref
     assert findings[1].message.startswith("3 HelmReleases from HelmRepository flux-system/bitnami not rendered: unreachable (offline); their CRDs come from the knowledge base")
     assert "apps/kafka, apps/postgresql, apps/redis" in findings[1].message and findings[1].object is None
     assert all(f.check == "chart-not-rendered" for f in findings)
+
+
+def test_many_sources_with_one_reason_are_one_finding() -> None:
+    # A home-lab with an OCIRepository per app, all on one unreachable registry: one line, not one per app.
+    specs = []
+    for i in range(12):
+        repository = obj(SRC, "OCIRepository", f"app{i}", "apps", spec={"url": f"oci://ghcr.io/bjw-s/app{i}", "ref": {"tag": "1.0.0"}})
+        specs.append(parse({"chartRef": {"kind": "OCIRepository", "name": f"app{i}"}}, sources(repository), name=f"app{i}"))
+    [finding] = not_rendered_findings([(s, "unreachable: ghcr.io could not be resolved", False) for s in specs])
+    assert finding.message.startswith("12 HelmReleases from 12 sources (OCIRepository apps/app0, OCIRepository apps/app1, OCIRepository apps/app10, …) not rendered")
+    assert finding.message.endswith("and 2 more)") and finding.severity is Severity.INFO
