@@ -24,6 +24,7 @@ import io
 import json
 import posixpath
 import tarfile
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -33,10 +34,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.charts import ChartFetcher
 from bot.adapters.helm import HelmRenderer
+from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workers import WorkerPool
 from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult
 from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
 from bot.engine.config import RepoConfig
+from bot.engine.errors import RenderError
 from bot.engine.facts import TierFacts
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, api_versions, compose_values, mask_secret_values, release_objects
@@ -73,8 +76,12 @@ class ChartOptions:
 class ChartStage:
     """One run's chart fetcher (an index is read once per run) and Helm workers, made on first use, closed with the run."""
 
-    def __init__(self, options: ChartOptions, cache_dir: Path | None, cache: BuildCache | None) -> None:
+    def __init__(
+        self, options: ChartOptions, cache_dir: Path | None, cache: BuildCache | None, kustomize: KustomizeBinary | None = None, work: Path | None = None,
+    ) -> None:
         self.options = options
+        self.kustomize = kustomize  # for postRenderers (a kustomize build, bounded as every other)
+        self.work = work
         self.cache = cache
         self._cache_dir = cache_dir
         self._fetcher: ChartFetcher | None = None
@@ -263,6 +270,12 @@ def _render_one(
         what = "helm-controller would fail the install" if check == "chart-render-failed" else "the render was stopped"
         message = f"HelmRelease {spec.ref.namespace}/{spec.ref.name}: chart {chart.name} {chart.version} fails to render ({what}): {result.message}"
         return failed, [*findings, Finding(check, Severity.ERROR, message, object=spec.ref, location=spec.origin)]
+    if spec.post_renderers:
+        posted = _post_rendered(stage, spec, result, chart.digest)
+        if isinstance(posted, Finding):
+            failed = replace(base, outcome=Outcome.FAILED, version=chart.version, reason=posted.message)
+            return failed, [*findings, posted]
+        result = posted
     secrets = values.from_secrets
     files = [(path, mask_secret_values(text, secrets) if secrets else text) for path, text in result.manifests]
     label = f"{result.chart_name} {result.chart_version}"
@@ -307,6 +320,44 @@ def _rendered(stage: ChartStage, request: ChartRenderRequest, digest: str) -> Ch
     if key is not None and not (isinstance(result, ChartRenderFailure) and result.kind in ("timeout", "memory")):
         stage.cache.put(key, result)  # type: ignore[union-attr]
     return result
+
+
+def _post_rendered(stage: ChartStage, spec: ReleaseSpec, result: ChartRenderResult, digest: str) -> ChartRenderResult | Finding:
+    """The release's manifests through its `postRenderers` (kustomize patches and images, in order), as
+    helm-controller runs them (internal/postrender/kustomize.go: the rendered manifest as the one resource of a
+    generated kustomization); the crds/ files are not post-rendered, as in Helm. Cached with the render."""
+    key = None
+    if stage.cache is not None:
+        key = versioned_key("helm-post-render", digest, json.dumps([result.manifests, list(spec.post_renderers)], sort_keys=True, default=str))
+        hit = stage.cache.get(key)
+        if hit is not None:
+            return replace(result, manifests=hit)
+    if stage.kustomize is None or stage.work is None:
+        return result
+    text = "".join(body if body.endswith("\n") else body + "\n" for _, body in result.manifests)
+    for index, renderer in enumerate(spec.post_renderers):
+        kustomize = renderer  # ReleaseSpec.post_renderers holds each entry's `kustomize` mapping
+        config: dict[str, object] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["release.yaml"]}
+        for field_name in ("patches", "images", "patchesStrategicMerge", "patchesJson6902"):
+            if kustomize.get(field_name):
+                config[field_name] = kustomize[field_name]
+        with tempfile.TemporaryDirectory(prefix="post-render-", dir=stage.work) as tmp:
+            directory = Path(tmp)
+            (directory / "release.yaml").write_text(text, encoding="utf-8")
+            (directory / "kustomization.yaml").write_text(json.dumps(config), encoding="utf-8")
+            try:
+                text = run_build(stage.kustomize, directory, sandbox_home=directory / ".home")
+            except RenderError as exc:
+                message = str(exc).replace(str(directory) + "/", "").replace(str(directory), ".")
+                return Finding(
+                    "chart-render-failed", Severity.ERROR,
+                    f"HelmRelease {spec.ref.namespace}/{spec.ref.name}: postRenderers[{index}] fails (helm-controller would fail the install): {message[:800]}",
+                    object=spec.ref, location=spec.origin,
+                )
+    manifests = (("post-rendered", text),)
+    if key is not None:
+        stage.cache.put(key, manifests)  # type: ignore[union-attr]
+    return replace(result, manifests=manifests)
 
 
 def pack_chart(snapshot: RepoTree, path: str) -> FetchedChart:

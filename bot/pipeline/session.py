@@ -103,7 +103,7 @@ def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarde
     """A run with `options.cache_dir`'s cache (None: none): kustomize located, its scratch directory removed at the end."""
     binary = locate_kustomize(options.kustomize)
     with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:
-        charts = ChartStage(options.charts, options.cache_dir, cache) if options.charts.render else None
+        charts = ChartStage(options.charts, options.cache_dir, cache, binary, Path(tmp)) if options.charts.render else None
         if charts is not None:
             stack.callback(charts.close)
         yield Run(binary, cache, options, Path(tmp), stack, charts=charts)

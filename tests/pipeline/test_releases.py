@@ -203,3 +203,21 @@ def test_a_chart_s_objects_are_checked_too(tmp_path: Path) -> None:
     assert "Gadget.example.com (g)" in found["chart-unknown-kind"].message
     assert "ConfigMap/default/shared (also Kustomization flux-system/apps)" in found["chart-duplicate-object"].message
     assert found["chart-invalid-name"].severity is Severity.ERROR and all(f.location and f.location.file == "apps/release.yaml" for f in found.values())
+
+
+def test_post_renderers_patch_the_chart_s_objects(tmp_path: Path) -> None:
+    patch = {"patch": "- op: replace\n  path: /spec/replicas\n  value: 5\n", "target": {"kind": "Deployment", "name": "web"}}
+    post = [{"kustomize": {"patches": [patch], "images": [{"name": "nginx", "newTag": "1.29-alpine"}]}}]
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp", postRenderers=post)])
+    with render_repository(repo, "dev", CheckOptions()) as built:
+        [deployment] = built.render.releases[next(iter(built.render.releases))].manifests
+    assert deployment.body["spec"]["replicas"] == 5
+    assert deployment.body["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.29-alpine"
+
+
+def test_a_post_renderer_that_fails_is_an_error(tmp_path: Path) -> None:
+    post = [{"kustomize": {"patches": [{"patch": "- op: replace\n  path: /spec/nothing/here\n  value: 1\n", "target": {"kind": "Deployment"}}]}}]
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp", postRenderers=post)])
+    report = check_repository(repo, "dev", CheckOptions())
+    [failed] = [f for f in report.findings if f.check == "chart-render-failed"]
+    assert "postRenderers[0] fails" in failed.message and "/tmp" not in failed.message
