@@ -59,6 +59,8 @@ def run_demo(example: Path | None = None, options: CheckOptions = CheckOptions()
     from bot.engine.review_report import format_review_text
 
     source = find_example(example)
+    # The demo is about the tier graph and runs the same on any machine: it fetches no chart (offline).
+    options = replace(options, charts=replace(options.charts, policy=replace(options.charts.policy, offline=True)))
     with tempfile.TemporaryDirectory(prefix="fluxwarden-demo-") as tmp:
         root = Path(tmp) / "home-ops"
         cache = Path(tmp) / "cache"  # the review reuses the base's builds

@@ -151,7 +151,7 @@ def render_releases(
     if not stage.options.render:
         return render
     if stage.source_hosts is None:
-        stage.fix_source_hosts(_named_hosts(render, facts))
+        stage.fix_source_hosts(_named_hosts(facts))
     located = [(tid, m) for tid, f in facts.items() for m in f.helm_releases if not render.tiers[tid].spec.kube_config]
     if not located:
         return render
@@ -207,13 +207,11 @@ def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: 
     return out
 
 
-def _named_hosts(render: ClusterRender, facts: Mapping[TierId, TierFacts]) -> set[str]:
-    """The hosts this render's HelmRepository and OCIRepository objects name in `spec.url`."""
+def _named_hosts(facts: Mapping[TierId, TierFacts]) -> set[str]:
+    """The hosts this render's HelmRepository and OCIRepository objects name in `spec.url` (from the tiers' facts)."""
     hosts: set[str] = set()
-    for tid, tier_facts in facts.items():
-        if not any(gk.kind in NAMING_KINDS for gk in tier_facts.kinds):
-            continue
-        for manifest in render.tiers[tid].manifests:
+    for tier_facts in facts.values():
+        for manifest in tier_facts.chart_sources:
             spec = manifest.body.get("spec") if manifest.ref.kind in NAMING_KINDS else None
             host = source_host(spec.get("url")) if isinstance(spec, Mapping) else None
             if host:
