@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -260,11 +261,20 @@ def test_a_build_dies_with_its_parent_even_when_the_parent_is_sigkilled(tmp_path
             time.sleep(0.05)
         wrapper, child = map(int, pids.read_text().split())
         assert _alive(wrapper) and _alive(child)
+        watched = [os.pidfd_open(pid) for pid in (wrapper, child)]  # readable once that process has exited
         runner.kill()
         runner.wait()
-        deadline = time.monotonic() + 5
-        while (_alive(wrapper) or _alive(child)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Wait on the exits themselves, not a guess at how long the reaper takes on a loaded machine; the
+        # bound is well under the build's own `sleep 60`, which would end it with no reaper at all.
+        try:
+            pending = list(watched)
+            deadline = time.monotonic() + 30
+            while pending and time.monotonic() < deadline:
+                ready, _, _ = select.select(pending, [], [], max(0.0, deadline - time.monotonic()))
+                pending = [fd for fd in pending if fd not in ready]
+        finally:
+            for fd in watched:
+                os.close(fd)
         assert not _alive(wrapper) and not _alive(child), "a build outlived the process that ran it"
     finally:
         runner.kill()
