@@ -221,3 +221,23 @@ def test_a_post_renderer_that_fails_is_an_error(tmp_path: Path) -> None:
     report = check_repository(repo, "dev", CheckOptions())
     [failed] = [f for f in report.findings if f.check == "chart-render-failed"]
     assert "postRenderers[0] fails" in failed.message and "/tmp" not in failed.message
+
+
+def test_the_comment_of_a_chart_bump(tmp_path: Path) -> None:
+    # The bot's comment on a chart bump: the first screen names the chart move and the object it changes, and
+    # the HelmRelease's diff follows, folded under its own heading.
+    from bot.engine.review_report import format_review_markdown
+    from tests.golden import assert_golden
+
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    git, base = _commit(repo)
+    chart = repo / "charts/webapp"
+    (chart / "Chart.yaml").write_text((chart / "Chart.yaml").read_text().replace("1.0.0", "1.1.0"))
+    (chart / "values.yaml").write_text("replicas: 1\ntag: '1.27'\nport: 8080\n")
+    head = commit_all(git, "bump webapp to 1.1.0")
+    review = review_repository(repo, "dev", base, head, CheckOptions())
+    [comment] = format_review_markdown(review, marker="fluxwarden:precheck:dev")
+    text = comment.replace(base[:12], "BASE").replace(head[:12], "HEAD")
+    assert "HelmRelease default/web · chart webapp 1.0.0 → 1.1.0: Deployment/default/web changed (image, containerPort)" in text
+    assert "<b>HelmRelease default/web</b> · chart webapp 1.0.0 → 1.1.0 · in flux-system/apps" in text
+    assert_golden("review/chart-bump.md", text)
