@@ -34,6 +34,7 @@ from bot.engine.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
 from bot.engine.model import Finding, Severity, TierId
 from bot.engine.report import SEVERITY_ICON
 from bot.engine.review import ClusterReview, ReviewedFinding
+from bot.engine.review_summary import actions, chain_tiers, expand_documents, fixed_lines, identical_groups, summary_lines, tier_order, ChangeGroup
 
 DEFAULT_MARKER = "fluxwarden:review"
 MARKER = f"<!-- {DEFAULT_MARKER} -->"
@@ -70,28 +71,34 @@ def review_verdict(review: ClusterReview) -> Severity | None:
 
 
 def review_verdict_line(review: ClusterReview) -> str:
-    """About the change only: `✅ prod: no new findings · fixed: 1 · 3 tiers changed · 1 object moved`."""
+    """About the change's findings only: `❌ prod: 1 new error` · `✅ prod: fixed 2 · no new findings`."""
     verdict = review_verdict(review)
     icon = SEVERITY_ICON[verdict] if verdict else "✅"
-    bits = [_counts_phrase((f.finding for f in review.findings if f.new), "new ") or "no new findings"]
+    new = [f.finding for f in review.findings if f.new]
+    counted = _counts_phrase(new, "new ")
+    notes = sum(1 for f in new if f.severity is Severity.INFO)
+    if counted is None:
+        counted = f"no new errors or warnings · {_plural(notes, 'new note')}" if notes else "no new findings"
+    bits = [counted]
     if review.resolved:
-        bits.append(f"fixed: {len(review.resolved):,}")
-    changed = len(review.changed_tiers)
-    bits.append(f"{_plural(changed, 'tier')} changed" if changed else "no tier changed")
-    moved = len(review.diff.moves)
-    if moved:
-        bits.append(f"{_plural(moved, 'object')} moved")
-    charts = len(review.releases.releases)
-    if charts:
-        bits.append(f"{_plural(charts, 'HelmRelease')} rendered differently")
-    if review.head.releases_not_rendered:
-        bits.append(f"{_plural(review.head.releases_not_rendered, 'HelmRelease')} not rendered")
+        fixed = f"fixed {len(review.resolved):,}"
+        bits = [fixed, *bits] if verdict is None else [*bits, f"fixed: {len(review.resolved):,}"]
     return f"{icon} {review.cluster}: " + " · ".join(bits)
 
 
+def old_counts(review: ClusterReview) -> str | None:
+    """The one count of pre-existing findings: `60 errors, 158 warnings, 12 notes` (every place says the same)."""
+    old = [f.finding for f in review.findings if not f.new]
+    phrase = _counts_phrase(old)
+    notes = sum(1 for f in old if f.severity is Severity.INFO)
+    if notes:
+        phrase = (phrase + ", " if phrase else "") + _plural(notes, "note")
+    return phrase
+
+
 def pre_existing_line(review: ClusterReview) -> str:
-    """The neutral second line: `79 tiers, 1,234 objects · pre-existing, not from this change: 60 errors, 158 warnings`."""
-    old = _counts_phrase(f.finding for f in review.findings if not f.new)
+    """The neutral line: `79 tiers, 1,234 objects · pre-existing, not from this change: 60 errors, 158 warnings`."""
+    old = old_counts(review)
     size = f"{_plural(len(review.head.tiers), 'tier')}, {_plural(review.head.objects, 'object')}"
     return f"{size} · pre-existing, not from this change: {old}" if old else size
 
@@ -228,29 +235,64 @@ def _text_change(change: ObjectChange) -> str:
     return line + (f" ({'; '.join(details)})" if details else "")
 
 
-def format_review_text(review: ClusterReview) -> str:
-    """Plain text: verdict, base → head, findings (errors first, tagged new/pre-existing), changes per tier."""
-    lines = [review_verdict_line(review), pre_existing_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
+def _plain(line: str) -> str:
+    return line.replace("`", "")
+
+
+def format_review_text(review: ClusterReview, all_findings: bool = False) -> str:
+    """Plain text in the comment's order: verdict, what to do, what changed, new findings, then the changes.
+
+    Pre-existing findings are a count per check unless `all_findings`.
+    """
+    lines = [review_verdict_line(review)]
+    fixed = fixed_lines(review)
+    todo = actions(review)
+    if fixed and not review.new_errors:
+        lines.append("fixed: " + _plain("; ".join(fixed)))
+    lines += [f"to do: {_plain(t)}" for t in todo] or ["nothing to do"]
+    if fixed and review.new_errors:
+        lines.append("fixed: " + _plain("; ".join(fixed)))
+    lines.append("what changed:")
+    lines += [f"  {_plain(line)}" for line in summary_lines(review)]
     if review.cold_start_change:
-        lines[-1:-1] = [f"cold start: {review.cold_start_change}"]
-    for f in review.resolved:
-        scope = " ".join(str(x) for x in (f.kustomization, f.object) if x)
-        lines[-1:-1] = [f"fixed: {f.severity.value} {f.check}  {scope}"]
+        lines.append(f"  cold start: {review.cold_start_change}")
+    lines += [pre_existing_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
     findings = _ordered_findings(review)
-    for reviewed in findings:
-        f = reviewed.finding
+    new = [r.finding for r in findings if r.new and r.finding.severity is not Severity.INFO]
+    notes = [r.finding for r in findings if r.new and r.finding.severity is Severity.INFO]
+    old = [r.finding for r in findings if not r.new]
+
+    def finding_lines(f: Finding, tag: str) -> list[str]:
         where = f"  {f.location}" if f.location else ""
         scope = " ".join(str(x) for x in (f.kustomization, f.object) if x)
-        tag = "new" if reviewed.new else "pre-existing"
-        lines.append(f"{f.severity.value.upper():7} {tag:12} {f.check}  {scope}{where}")
-        lines.append(f"        {f.message}")
-    if findings:
+        return [f"{f.severity.value.upper():7} {tag:12} {f.check}  {scope}{where}", f"        {f.message}"]
+
+    for f in new:
+        lines += finding_lines(f, "new")
+    for f in review.resolved:
+        scope = " ".join(str(x) for x in (f.kustomization, f.object) if x)
+        lines.append(f"fixed: {f.severity.value} {f.check}  {scope}")
+    for f in notes:
+        lines += finding_lines(f, "new note")
+    if old and all_findings:
+        for f in old:
+            lines += finding_lines(f, "pre-existing")
+    elif old:
+        per_check = Counter((f.check, f.severity) for f in old)
+        counts = ", ".join(f"{check} {n} {severity.value}{'' if n == 1 else 's'}" for (check, severity), n in sorted(per_check.items(), key=lambda item: (item[0][1].rank, -item[1], item[0][0])))
+        lines.append(f"pre-existing, not from this change ({old_counts(review)}): {counts} (--all lists them)")
+    if new or notes or old or review.resolved:
         lines.append("")
-    tiers = _ordered_tiers(review)
-    listed = {t.tier for t in tiers}
-    if tiers:
-        lines.append("changes by tier (largest last):")
-    for tier in tiers:
+    sections = _sections(review)
+    listed = {t.tier for t, _ in sections}
+    if sections:
+        lines.append("changes by tier (root cause first):")
+    for tier, group in sections:
+        if group is not None:
+            names = ", ".join(f"{short_object(c.ref)} in {c.tier}" for c in group.changes)
+            lines.append(f"  the same change in {_plural(len(group.tiers), 'tier')} ({_plural(len(group.changes), 'object')}): {names}")
+            lines.append(_text_change(group.changes[0]))
+            continue
         flags = "".join(f" [{flag}]" for flag in _tier_flags(review, tier.tier))
         lines.append(f"  {tier.tier}{flags}: {_plural(len(tier.changes), 'object change')}, {_plural(tier.size, 'line')}")
         lines.extend(_text_change(c) for c in tier.changes)
@@ -270,7 +312,7 @@ def format_review_text(review: ClusterReview) -> str:
     for release in releases:
         lines.append(f"  {release.summary()}")
         lines.extend(_text_change(c) for c in release.changes)
-    if not tiers and not releases and not any(ids for _, ids in extra):
+    if not sections and not releases and not any(ids for _, ids in extra):
         lines.append("no rendered changes")
     return "\n".join(lines) + "\n"
 
@@ -365,36 +407,34 @@ _CLASS_DEFS = (
     "classDef error fill:#ffebe9,color:#82071e",
     "classDef warning fill:#fff8c5,color:#4d2d00",
     "classDef removed fill:#f6f8fa,stroke:#8c959f,stroke-dasharray:5 3,color:#57606a",
-    "classDef summary fill:#f6f8fa,stroke:#d0d7de,color:#57606a",
 )
-MERMAID_LEGEND = "<sub>The change only: changed tiers (thick blue border), their direct dependencies and dependents, moves (dashed arrow). Red/amber fill: new errors/warnings. Arrows point from a dependency to its dependents.</sub>"
-SUMMARY_NODE = "others"  # the one note for every tier not drawn: no edge ever touches it
+MERMAID_LEGEND = "<sub>Only the tiers a new error runs through and the ends of each move. Arrows point from a dependency to its dependents; dashed: objects moved. Red/amber fill: new errors/warnings; thick blue border: changed.</sub>"
+GRAPH_FOLD = 15  # boxes: a larger graph is folded
+
+
+def _graph_edges(review: ClusterReview, nodes: Sequence[TierId]) -> tuple[list[tuple[TierId, TierId]], Counter]:
+    """(dependsOn edges dependency → dependent among `nodes`, moves (from, to) → objects)."""
+    tiers = {t.id: t for t in review.head.tiers}
+    drawn = set(nodes)
+    edges = [(dep, tid) for tid in nodes if tid in tiers for dep in tiers[tid].depends_on if dep in drawn and dep != tid]
+    moves = Counter((c.from_tier, c.tier) for c in review.diff.moves if c.from_tier is not None and c.from_tier in drawn and c.tier in drawn)
+    return edges, moves
 
 
 def graph_tiers(review: ClusterReview) -> list[TierId]:
-    """The tiers the change graph draws: changed, their direct dependencies and dependents, new findings, moves."""
-    tiers = {t.id: t for t in review.head.tiers}
-    order = [t for t in review.head.order if t in tiers] + [t for t in tiers if t not in review.head.order]
-    changed = set(review.changed_tiers)
-    wanted = set(changed) | set(review.diff.removed_tiers)
-    wanted |= {f.finding.kustomization for f in review.findings if f.new and f.finding.kustomization}
-    for c in review.diff.moves:
-        wanted |= {c.tier, *([c.from_tier] if c.from_tier else [])}
-    for tid in order:
-        deps = set(tiers[tid].depends_on)
-        if tid in changed:
-            wanted |= deps & set(tiers)
-        if deps & changed:
-            wanted.add(tid)
-    return [t for t in order if t in wanted] + sorted(t for t in wanted if t not in tiers)
+    """The tiers the graph draws: the chains of new errors (cycle, deadlock, CRD) and the ends of moves, each with an edge."""
+    nodes = chain_tiers(review)
+    edges, moves = _graph_edges(review, nodes)
+    touched = {t for e in [*edges, *moves] for t in e}
+    return [t for t in nodes if t in touched]
 
 
 def tier_graph_mermaid(review: ClusterReview) -> str:
-    """The change as a fenced ```mermaid flowchart (dependency → dependent); every other tier is one note."""
-    tiers = {t.id: t for t in review.head.tiers}
+    """The graph as a fenced ```mermaid flowchart (dependency → dependent), "" when nothing needs it."""
     nodes = graph_tiers(review)
-    drawn_set = set(nodes)
-    others = len(set(tiers) - drawn_set)
+    if not nodes:
+        return ""
+    tiers = {t.id: t for t in review.head.tiers}
     removed = set(review.diff.removed_tiers) - set(tiers)
     added = set(review.diff.added_tiers)
     changed = set(review.changed_tiers)
@@ -409,13 +449,11 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
         if f.kustomization not in worst or f.severity.rank < worst[f.kustomization].rank:
             worst[f.kustomization] = f.severity
     change_counts = {t.tier: _kind_counts(c for c in t.changes if c.kind is not ChangeKind.MOVED) for t in review.diff.tiers}
-    moves = Counter((c.from_tier, c.tier) for c in review.diff.moves if c.from_tier is not None)
+    edges, moves = _graph_edges(review, nodes)
     moved_in = Counter(c.tier for c in review.diff.moves)
-    moved_out: Counter = Counter()
-    for (source, _), n in moves.items():
-        moved_out[source] += n
+    moved_out: Counter = Counter(c.from_tier for c in review.diff.moves if c.from_tier is not None)
 
-    taken: set[str] = {SUMMARY_NODE}
+    taken: set[str] = set()
     node_id = {t: _mermaid_id("t_", str(t), taken) for t in nodes}
     one_namespace = len({t.namespace for t in nodes}) <= 1
 
@@ -443,12 +481,7 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
     lines = ["```mermaid", "flowchart LR"]
     lines.extend(f"  {d}" for d in _CLASS_DEFS)
     lines.extend(f"  {label(t)}" for t in nodes)
-    if others:
-        lines.append(f'  {SUMMARY_NODE}["{_plural(others, "other tier")} unchanged"]')
-    for tid in nodes:
-        for dep in tiers[tid].depends_on if tid in tiers else ():
-            if dep in drawn_set:
-                lines.append(f"  {node_id[dep]} --> {node_id[tid]}")
+    lines.extend(f"  {node_id[a]} --> {node_id[b]}" for a, b in edges)
     for (source, destination), n in moves.items():
         lines.append(f"  {node_id[source]} -.->|{n} moved| {node_id[destination]}")
     classes = [
@@ -460,10 +493,19 @@ def tier_graph_mermaid(review: ClusterReview) -> str:
     for cls, members in classes:
         if members:
             lines.append(f"  class {','.join(node_id[t] for t in members)} {cls}")
-    if others:
-        lines.append(f"  class {SUMMARY_NODE} summary")
     lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def graph_block(review: ClusterReview) -> str:
+    """The graph with its legend, folded past GRAPH_FOLD boxes; "" when no new error or move needs one."""
+    graph = tier_graph_mermaid(review)
+    if not graph:
+        return ""
+    boxes = len(graph_tiers(review))
+    if boxes > GRAPH_FOLD:
+        return f"<details><summary>Tier graph: {boxes:,} tiers (the chain of the new findings and the moves)</summary>\n\n{graph}{MERMAID_LEGEND}\n\n</details>\n\n"
+    return f"{graph}{MERMAID_LEGEND}\n\n"
 
 
 # -- Markdown blocks --------------------------------------------------------------------------------
@@ -512,7 +554,7 @@ def _change_block(change: ObjectChange, max_len: int) -> str:
         if len(block) <= max_len:
             return block
         return block[: max_len - 3] + "…\n\n"  # only absurd key lists get here
-    lines = _diff_lines(change)
+    lines = expand_documents(_diff_lines(change))
     heading = _change_heading(change) + "\n\n"
     if not lines:
         return heading
@@ -571,10 +613,8 @@ def _name_list(ids: Sequence[TierId]) -> str:
 
 
 def _cluster_intro(review: ClusterReview, max_len: int) -> str:
-    """Heading, base → head, the tier graph and notes; without the graph if it does not fit."""
+    """Heading, base → head, the charts rendered differently and the notes on tiers not compared."""
     notes = [
-        ("New tiers", list(review.diff.added_tiers)),
-        ("Removed tiers", list(review.diff.removed_tiers)),
         ("Inputs changed, same render", _input_only_tiers(review)),
         ("Not compared (not rendered or failed on a side)", list(review.diff.uncompared)),
         ("Compared in part (failed on a side: objects on both sides only)", list(review.diff.partial)),
@@ -586,14 +626,12 @@ def _cluster_intro(review: ClusterReview, max_len: int) -> str:
     if len(releases) > LIST_CAP:
         charts.append(f"- and {len(releases) - LIST_CAP:,} more HelmReleases rendered differently.")
     note_lines, short_notes = charts + note_lines, (charts[:3] if charts else []) + short_notes
-    if not review.diff.tiers and not releases and not any(ids for _, ids in notes):
+    if not review.diff.tiers and not releases and not review.diff.added_tiers and not review.diff.removed_tiers and not any(ids for _, ids in notes):
         note_lines = short_notes = ["No rendered changes."]
     head = md.code(_short(review.head_sha)) if review.head_sha else "the working tree"
     heading = f"---\n\n#### {md.text(review.cluster)} · base {md.code(_short(review.base_sha))} → head {head}\n\n"
-    graph = f"{tier_graph_mermaid(review)}{MERMAID_LEGEND}\n\n" if graph_tiers(review) else ""
-    too_big = f"<sub>Tier graph ({_plural(len(review.head.tiers), 'tier')}) not shown: too large for a comment.</sub>\n\n"
-    for g, n in ((graph, note_lines), (too_big if graph else "", note_lines), (too_big if graph else "", short_notes)):
-        text = heading + g + ("".join(line + "\n" for line in n) + "\n" if n else "")
+    for n in (note_lines, short_notes, []):
+        text = heading + ("".join(line + "\n" for line in n) + "\n" if n else "")
         if len(text) <= max_len:
             return text
     return heading[:max_len]
@@ -613,15 +651,15 @@ def _tier_cell(review: ClusterReview, tier: TierId | None) -> str:
     if tier is None:
         return ""
     namespaces = {t.id.namespace for t in review.head.tiers}
-    return md.text(tier.name if namespaces <= {tier.namespace} else tier)
+    return md.code(tier.name if namespaces <= {tier.namespace} else tier)
 
 
 def _where_cell(f: Finding, link_base: str | None) -> str:
-    """A short `file:line` (the file's name), linked to the full path when the blob URL base is known."""
+    """The repository-relative `path:line`, linked to the line when the blob URL base is known."""
     if not f.location:
         return ""
-    short = f.location.file.rsplit("/", 1)[-1] + (f":{f.location.line}" if f.location.line else "")
-    text = md.code(short, table=True)
+    short = f.location.file + (f":{f.location.line}" if f.location.line else "")
+    text = md.code(short)
     if link_base:
         anchor = f"#L{f.location.line}" if f.location.line else ""
         return f"[{text}]({link_base.rstrip('/')}/{md.url_path(f.location.file)}{anchor})"
@@ -629,17 +667,17 @@ def _where_cell(f: Finding, link_base: str | None) -> str:
 
 
 def _finding_row(review: ClusterReview, multi: bool, f: Finding, mark: str, link_base: str | None) -> str:
-    cells = [mark]
+    """One list item: mark, the check and its tier (first, so they never wrap), the message, where."""
+    names = [f"`{f.check}`"]
     if multi:
-        cells.append(md.text(review.cluster))
-    cells += [
-        f"`{f.check}`",
-        _tier_cell(review, f.kustomization),
-        md.text(short_object(f.object)) if f.object else "",
-        _where_cell(f, None if mark == FIXED_MARK else link_base),  # a fixed finding's place is the base's
-        md.rich(finding_summary(f), table=True),
-    ]
-    return "| " + " | ".join(cells) + " |"
+        names.insert(0, md.text(review.cluster))
+    if f.kustomization:
+        names.append(_tier_cell(review, f.kustomization))
+    if f.object:
+        names.append(md.code(short_object(f.object)))
+    where = _where_cell(f, None if mark == FIXED_MARK else link_base)  # a fixed finding's place is the base's
+    before = "before this change: " if mark == FIXED_MARK else ""
+    return f"- {mark} " + " · ".join(names) + f": {before}{md.rich(finding_summary(f))}" + (f" ({where})" if where else "")
 
 
 def _finding_details(review: ClusterReview, multi: bool, f: Finding, mark: str) -> str:
@@ -647,6 +685,16 @@ def _finding_details(review: ClusterReview, multi: bool, f: Finding, mark: str) 
     scope = " · ".join(md.html(x) for x in ([review.cluster] if multi else []) + [f.check] + [str(x) for x in (f.kustomization, f.object) if x])
     where = f"\n\nAt {md.code(f.location)}." if f.location else ""
     return f"<details><summary>{mark} {scope}</summary>\n\n{md.rich(f.message)}{where}\n\n</details>\n\n"
+
+
+def _notes_details(review: ClusterReview, multi: bool, link_base: str | None) -> str:
+    """New info findings: notes, folded, never counted as new findings."""
+    notes = [f.finding for f in review.findings if f.new and f.finding.severity is Severity.INFO]
+    if not notes:
+        return ""
+    where = f" on {md.html(review.cluster)}" if multi else ""
+    items = "".join(_finding_row(review, False, f, SEVERITY_ICON[Severity.INFO], link_base) + "\n" for f in notes)
+    return f"<details><summary>{_plural(len(notes), 'new note')}{where} (info)</summary>\n\n{items}\n</details>\n\n"
 
 
 def _pre_existing_details(review: ClusterReview, multi: bool) -> str:
@@ -664,7 +712,7 @@ def _pre_existing_details(review: ClusterReview, multi: bool) -> str:
     )
     where = f" on {md.html(review.cluster)}" if multi else ""
     return (
-        f"<details><summary>{_plural(len(old), 'pre-existing finding')}{where}, not from this change (counts per check)</summary>\n\n"
+        f"<details><summary>Pre-existing{where}, not from this change: {old_counts(review)} (counts per check)</summary>\n\n"
         f"| check | {' | '.join(SEVERITY_ICON[s] for s in severities)} |\n|---|---:|---:|---:|\n{rows}\n"
         "Run `fluxwarden check` for the full list.\n\n</details>\n"
     )
@@ -675,61 +723,79 @@ def verdict_block(reviews: Sequence[ClusterReview]) -> str:
     return "".join(f"### {md.text(review_verdict_line(r))}\n" for r in reviews)
 
 
-def _cluster_lines(review: ClusterReview, cap: int = LIST_CAP) -> str:
-    """Under a verdict: the neutral pre-existing line, the cold-start change, the changed tiers."""
-    lines = [md.text(pre_existing_line(review))]
-    if review.cold_start_change:
-        lines.append(md.text("Cold start: " + review.cold_start_change))
-    changed = sorted(review.changed_tiers)
-    if changed:
-        namespaces = {t.id.namespace for t in review.head.tiers}
-        names = [t.name if namespaces <= {t.namespace} else str(t) for t in changed]
-        shown = ", ".join(md.code(n) for n in names[:cap])
-        rest = len(names) - min(cap, len(names))
-        lines.append(f"Changed tiers ({len(names):,}): " + shown + (f" and {rest:,} more" if rest else "") if shown else f"Changed tiers: {len(names):,}")
-    return "".join(f"- {line}\n" for line in lines)
+def _action_lines(review: ClusterReview) -> str:
+    """What the change fixed (past tense, first on a fix PR), then what to do: one line per new error, else "Nothing to do"."""
+    out = ""
+    fixed = fixed_lines(review)
+    if fixed and not review.new_errors:
+        out += "**Fixed:** " + md.rich("; ".join(fixed)) + ".\n\n"
+    todo = actions(review)
+    if not todo:
+        out += "**Nothing to do.**\n\n"
+    elif len(todo) == 1:
+        out += "**To do:** " + md.rich(todo[0][0].upper() + todo[0][1:]) + ".\n\n"
+    else:
+        out += "**To do:**\n\n" + "".join(f"{i}. {md.rich(line[0].upper() + line[1:])}\n" for i, line in enumerate(todo, 1)) + "\n"
+    if fixed and review.new_errors:
+        out += "**Fixed:** " + md.rich("; ".join(fixed)) + ".\n\n"
+    return out
+
+
+def _summary_text(review: ClusterReview, cap: int | None = None) -> str:
+    """The change in words (one line per kind of change), then the neutral size and pre-existing line."""
+    lines = list(summary_lines(review))
+    if cap is not None and len(lines) > cap:
+        lines = lines[:cap] + [f"{len(lines) - cap} more kinds of change below"]
+    body = "".join(f"- {md.rich(line)}\n" for line in lines)
+    cold = f"- {md.text('Cold start: ' + review.cold_start_change)}\n" if review.cold_start_change else ""
+    return f"**What changed:**\n\n{body}{cold}\n<sub>{md.text(pre_existing_line(review))}</sub>\n\n"
+
+
+def _cluster_lines(review: ClusterReview, cap: int | None = None, graph: bool = True) -> str:
+    """Under a verdict: what to do (and what it fixed), the change in words, the graph of a new error's chain."""
+    return _action_lines(review) + _summary_text(review, cap) + (graph_block(review) if graph else "")
 
 
 def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_len: int) -> tuple[str, str]:
-    """(verdict lines, the rest of the first screen): per cluster the change, then new and resolved findings.
+    """(verdict lines, the rest of the first screen): per cluster what to do and what changed, then the findings.
 
-    The table holds new and resolved findings only (one short line each); the full explanations follow
-    in `<details>`, then the pre-existing counts. When it does not fit: explanations go first, then rows
-    fold into "… N more".
+    The list holds new errors and warnings and the fixed ones (one short line each); the full explanations
+    follow in `<details>`, then new notes and the pre-existing counts. When it does not fit: the graph goes
+    first, then explanations, then list items fold into "… N more".
     """
     multi = len(reviews) > 1
     verdicts = verdict_block(reviews)
     room = max_len - len(verdicts)
 
-    def intro_at(cap: int) -> str:
+    def intro_at(cap: int | None, graph: bool = True) -> str:
         if multi:
-            return "".join(f"**{md.text(r.cluster)}**\n\n{_cluster_lines(r, cap)}\n" for r in reviews)
-        return _cluster_lines(reviews[0], cap) + "\n"
+            return "".join(f"**{md.text(r.cluster)}**\n\n{_cluster_lines(r, cap, graph)}" for r in reviews)
+        return _cluster_lines(reviews[0], cap, graph)
 
-    intro = intro_at(LIST_CAP)
-    if len(intro) > room // 2:  # long tier lists shortened before any finding is
-        intro = intro_at(3)
-        if len(intro) > room // 2:
-            intro = intro_at(0)
+    intro = intro_at(None)
+    for cap, graph in ((None, False), (3, False), (0, False)):
+        if len(intro) <= room // 2:
+            break
+        intro = intro_at(cap, graph)
     rows: list[tuple[ClusterReview, Finding, str]] = []
     for r in reviews:
-        rows += [(r, f.finding, f"{SEVERITY_ICON[f.finding.severity]} {NEW_MARK}") for f in _ordered_findings(r) if f.new]
+        rows += [(r, f.finding, f"{SEVERITY_ICON[f.finding.severity]} {NEW_MARK}") for f in _ordered_findings(r) if f.new and f.finding.severity is not Severity.INFO]
     rows.sort(key=lambda row: row[1].severity.rank)
     for r in reviews:
         rows += [(r, f, FIXED_MARK) for f in sorted(r.resolved, key=lambda f: f.sort_key())]
-    old = "".join(_pre_existing_details(r, multi) for r in reviews)
-    columns = 7 if multi else 6
-    table_head = f"| |{' cluster |' if multi else ''} check | tier | object | where | message |\n" + "|" + "---|" * columns + "\n"
+    old = "".join(_notes_details(r, multi, link_base) + _pre_existing_details(r, multi) for r in reviews)
+    new_count = sum(1 for _, _, mark in rows if mark != FIXED_MARK)
+    fixed_count = len(rows) - new_count
+    heading = "**Findings:** " + ", ".join(x for x in (f"{new_count:,} new" if new_count else "", f"{fixed_count:,} fixed" if fixed_count else "") if x) + "\n\n"
 
     def render(keep: int, explained: int, with_old: bool = True) -> str:
         if not rows:
             return intro + (old + "\n" if with_old and old else "")
         body = "".join(_finding_row(r, multi, f, mark, link_base) + "\n" for r, f, mark in rows[:keep])
         if keep < len(rows):
-            cells = [""] * (columns - 1) + [f"… {_plural(len(rows) - keep, 'more finding')} not shown (see the JSON output)"]
-            body += "| " + " | ".join(cells) + " |\n"
+            body += f"- … {_plural(len(rows) - keep, 'more finding')} not shown (see the JSON output)\n"
         details = "".join(_finding_details(r, multi, f, mark) for r, f, mark in rows[:explained])
-        return intro + table_head + body + "\n" + details + (old + "\n" if with_old and old else "")
+        return intro + heading + body + "\n" + details + (old + "\n" if with_old and old else "")
 
     full = render(len(rows), len(rows))
     if len(full) <= room:
@@ -744,7 +810,7 @@ def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_l
                 hi = mid - 1
         return verdicts, render(len(rows), lo)
     if len(render(0, 0, with_old=False)) > room:
-        intro = intro_at(0)
+        intro = intro_at(0, False)
         fold = f"… {_plural(len(rows), 'more finding')} not shown (see the JSON output)\n\n" if rows else ""
         bare = intro + fold if len(intro + fold) <= room else fold  # a tiny limit: the cluster sections list the tiers
         if len(bare) > room:
@@ -875,23 +941,56 @@ class _Pages:
         self.omitted_clusters += clusters
 
 
+def _sections(review: ClusterReview) -> list[tuple[TierDiff, ChangeGroup | None]]:
+    """The diff sections in reading order: tiers with a new finding's root cause, identical changes grouped, the rest smallest first."""
+    tiers = tier_order(review)
+    groups = identical_groups(tiers)
+    grouped = {c for g in groups for c in g.changes}
+    lead = {f.finding.kustomization for f in review.findings if f.new and f.finding.severity in (Severity.ERROR, Severity.WARNING)} | set(chain_tiers(review))
+    rest = [TierDiff(t.tier, tuple(c for c in t.changes if c not in grouped)) for t in tiers]
+    rest = [t for t in rest if t.changes]
+    first = [(t, None) for t in rest if t.tier in lead]
+    group_sections = [(TierDiff(g.changes[0].tier, g.changes[:1]), g) for g in groups]
+    return [*first, *group_sections, *((t, None) for t in rest if t.tier not in lead)]
+
+
+def _group_open(review: ClusterReview, group: ChangeGroup, max_len: int) -> tuple[str, str]:
+    """(opening, reopening): `The same change in 77 tiers`, every object it is made to, the diff shown once below."""
+    what = f"<b>The same change in {_plural(len(group.tiers), 'tier')}</b>"
+    rest = f" · {CHANGE_SIGN[group.kind]} {group.kind.value} · {_plural(len(group.changes), 'object')} · {_plural(group.changes[0].lines_changed, 'line')} each"
+    names = [f"{md.code(short_object(c.ref))} in {_tier_cell(review, c.tier)}" for c in group.changes]
+    shown: list[str] = []
+    used = 0
+    for n in names:
+        if used + len(n) > min(3000, max_len // 2):
+            break
+        shown.append(n)
+        used += len(n) + 2
+    listed = ", ".join(shown) + (f" and {len(names) - len(shown):,} more" if len(shown) < len(names) else "")
+    opening = f"<details><summary>{what}{rest}</summary>\n\nMade to {listed}. The diff of the first:\n\n"
+    return opening, f"<details><summary>{what} (continued){rest}</summary>\n\n"
+
+
 def _page_cluster(pages: _Pages, review: ClusterReview) -> None:
-    """Add a cluster's section, tier by tier, or count it as omitted when the parts are full."""
-    tiers = _ordered_tiers(review)
+    """Add a cluster's section, section by section, or count it as omitted when the parts are full."""
+    sections = _sections(review)
     if pages.full:
-        pages.omit(sum(len(t.changes) for t in tiers), len(tiers), clusters=1)
+        pages.omit(sum(len(t.changes) for t, _ in sections), len(sections), clusters=1)
         return
     intro = _cluster_intro(review, pages.budget)
     if not pages.fits(len(intro)) and not pages.new_part():
-        pages.omit(sum(len(t.changes) for t in tiers), len(tiers), clusters=1)
+        pages.omit(sum(len(t.changes) for t, _ in sections), len(sections), clusters=1)
         return
     pages.add(intro)
     continued = _continued_heading(review)
-    for tier in tiers:
+    for tier, group in sections:
         if pages.full:
             pages.omit(len(tier.changes), 1)
             continue
-        _page_tier(pages, review, tier, continued)
+        if group is not None:
+            _page_tier(pages, review, tier, continued, opening=_group_open(review, group, pages.budget))
+        else:
+            _page_tier(pages, review, tier, continued)
     for release in review.releases.releases:
         if not release.changes:
             continue
@@ -901,9 +1000,13 @@ def _page_cluster(pages: _Pages, review: ClusterReview) -> None:
         _page_tier(pages, review, TierDiff(release_tier_id(release.ref), release.changes), continued, release)
 
 
-def _page_tier(pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str, release: ReleaseDiff | None = None) -> None:
-    """Add a tier's (or a HelmRelease's) changes; one cut by a new part reopens there under the cluster's continued heading."""
-    if release is not None:
+def _page_tier(
+    pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str, release: ReleaseDiff | None = None, opening: tuple[str, str] | None = None
+) -> None:
+    """Add a tier's (a HelmRelease's, a group's) changes; one cut by a new part reopens there under the cluster's continued heading."""
+    if opening is not None:
+        opening, reopening = opening
+    elif release is not None:
         opening, reopening = _release_open(release, tier), _release_open(release, tier, continued=True)
     else:
         opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)

@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
+    check.add_argument("--all", action="store_true", dest="all_findings", help="with --base: list the pre-existing findings too (default: a count per check)")
     check.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's (it may live outside the repo)")
     check.add_argument(
         "--config-from-commit", action="store_true",
@@ -179,7 +180,7 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     elif args.format == "markdown":
         text = "\n".join(format_review_markdown([review]))
     else:
-        text = format_review_text(review)
+        text = format_review_text(review, all_findings=args.all_findings)
     _emit(args, text)
     # A change is judged by what it adds: pre-existing errors do not fail it.
     return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN

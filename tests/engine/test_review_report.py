@@ -217,12 +217,12 @@ def splitting_review(objects: int = 24, huge_lines: int = 2000) -> ClusterReview
 @pytest.mark.parametrize(
     "findings,expected",
     [
-        ([], "✅ c: no new findings · no tier changed"),
-        ([("e", True)], "❌ c: 1 new error · no tier changed"),
-        ([("e", True), ("w", True), ("w", False)], "❌ c: 1 new error, 1 new warning · no tier changed"),
-        ([("e", False), ("w", True)], "⚠️ c: 1 new warning · no tier changed"),
-        ([("e", False), ("e", False)], "✅ c: no new findings · no tier changed"),  # never a ✅ beside old errors…
-        ([("w", True), ("w", True)], "⚠️ c: 2 new warnings · no tier changed"),
+        ([], "✅ c: no new findings"),
+        ([("e", True)], "❌ c: 1 new error"),
+        ([("e", True), ("w", True), ("w", False)], "❌ c: 1 new error, 1 new warning"),
+        ([("e", False), ("w", True)], "⚠️ c: 1 new warning"),
+        ([("e", False), ("e", False)], "✅ c: no new findings"),  # never a ✅ beside old errors…
+        ([("w", True), ("w", True)], "⚠️ c: 2 new warnings"),
     ],
 )
 def test_verdict_line_counts_new_and_pre_existing(findings: list[tuple[str, bool]], expected: str) -> None:
@@ -235,16 +235,16 @@ def test_verdict_line_counts_new_and_pre_existing(findings: list[tuple[str, bool
     old = sum(1 for _, new in findings if not new)
     text = format_review_markdown([r])[0]
     if old:  # …the old ones are a neutral line of their own
-        assert re.search(r"^- 2 tiers, 6 objects · pre-existing, not from this change: \d (error|warning)", text, re.M)
+        assert re.search(r"^<sub>2 tiers, 6 objects · pre-existing, not from this change: \d (error|warning)", text, re.M)
         assert "✅" not in text.splitlines()[2]
 
 
-def test_verdict_line_counts_changed_tiers_moves_and_fixes() -> None:
+def test_verdict_line_counts_new_findings_and_fixes() -> None:
     line = review_verdict_line(prod_review())
-    assert line == "❌ prod: 1 new error, 1 new warning · 5 tiers changed · 1 object moved"
+    assert line == "❌ prod: 1 new error, 1 new warning"  # what changed is the summary's, not the verdict's
     fixed = finding("second-order-crd", Severity.ERROR, "deadlock", "platform-config", "CDI/cdi/cdi")
     r = review("c", [summary("a")], cluster_diff("c"), resolved=(fixed,))
-    assert review_verdict_line(r) == "✅ c: no new findings · fixed: 1 · no tier changed"
+    assert review_verdict_line(r) == "✅ c: fixed 1 · no new findings"  # a fix PR leads with what it fixes
 
 
 def test_text_golden() -> None:
@@ -258,17 +258,21 @@ def test_text_lists_changes_with_signs() -> None:
     assert "    ~ Deployment/apps/web (2 lines)\n" in text
     assert "    → StorageProfile/ceph-block moved from flux-system/platform-config\n" in text
     assert "ERROR   new          missing-crd" in text
-    assert "WARNING pre-existing tier-order-stale" in text
+    # the order of the comment: verdict, what to do, what changed, findings, changes
+    assert text.index("to do: see missing-crd") < text.index("what changed:") < text.index("ERROR   new") < text.index("changes by tier")
+    # pre-existing findings: a count per check, unless --all
+    assert "pre-existing, not from this change (1 warning, 1 note): tier-order-stale 1 warning, unused-variable 1 info (--all lists them)" in text
+    assert "WARNING pre-existing tier-order-stale" in format_review_text(prod_review(), all_findings=True)
     assert text.index("ERROR") < text.index("WARNING")
     # largest tier last
-    assert text.index("flux-system/platform-config-cdi:") < text.index("flux-system/apps:")
+    assert text.index("flux-system/apps:") < text.index("flux-system/platform-config-cdi:")  # the new error's tier first
     assert "inputs changed, same render: flux-system/platform\n" in text
 
 
 def test_text_clean_review() -> None:
     text = format_review_text(clean_review())
     assert text == (
-        "✅ dev: no new findings · no tier changed\n2 tiers, 11 objects\n"
+        "✅ dev: no new findings\nnothing to do\nwhat changed:\n  No tier changed.\n2 tiers, 11 objects\n"
         f"base {BASE[:12]} → head working tree\n\nno rendered changes\n"
     )
 
@@ -309,7 +313,7 @@ def mermaid_blocks(markdown: str) -> list[str]:
 
 
 def assert_edges_avoid_summaries(graph: str, r: ClusterReview) -> None:
-    """Every edge joins two drawn tiers (never a summary note), and every changed tier is drawn."""
+    """Every edge joins two drawn tiers (never a summary note), and every drawn tier has an edge."""
     [body] = mermaid_blocks(graph) if graph.startswith("```") else [graph]
     nodes = {m.group(1): m.group(2) for m in map(_NODE.match, body.splitlines()) if m}
     summaries = {n for n, text in nodes.items() if re.search(r"other tiers? unchanged|unchanged tier", text)}
@@ -318,9 +322,9 @@ def assert_edges_avoid_summaries(graph: str, r: ClusterReview) -> None:
     for a, b in edges:
         assert a in nodes and b in nodes, (a, b)
         assert a not in summaries and b not in summaries, (a, b)
-    labels = {text.split("<br/>")[0] for n, text in nodes.items() if n not in summaries}
-    for t in r.changed_tiers:
-        assert t.name in labels or str(t) in labels, t
+    assert not summaries
+    touched = {t for e in edges for t in e}
+    assert set(nodes) == touched, set(nodes) - touched  # no box without an edge
 
 
 def test_mermaid_small_golden() -> None:
@@ -332,11 +336,13 @@ def test_mermaid_small_content() -> None:
     assert graph.startswith("```mermaid\nflowchart LR\n")
     assert graph.endswith("```\n")
     assert "subgraph" not in graph
-    assert "  t_flux_system_platform --> t_flux_system_platform_config\n" in graph
+    # the new error's tier (apps), the prune hand-over's tier and the move's two ends; nothing else
+    assert re.findall(r"^  (t_\w+)\[", graph, re.M) == ["t_flux_system_apps", "t_flux_system_platform_config", "t_flux_system_platform_config_cdi"]
+    assert "  t_flux_system_platform_config --> t_flux_system_apps\n" in graph
     assert "  t_flux_system_platform_config -.->|1 moved| t_flux_system_platform_config_cdi\n" in graph
     assert re.search(r"class [^\n]*t_flux_system_apps[^\n]* changed", graph)
     assert re.search(r"class t_flux_system_apps error", graph)
-    assert re.search(r"class [^\n]*t_flux_system_legacy[^\n]* removed", graph)
+    assert "legacy" not in graph and "t_flux_system_platform[" not in graph
     ids = re.findall(r"^\s*(\w+)\[", graph, re.M)
     assert ids and all(re.fullmatch(r"[A-Za-z0-9_]+", i) for i in ids)
 
@@ -345,14 +351,13 @@ def test_mermaid_change_graph_golden() -> None:
     assert_golden("review/mermaid-60-tiers.md", tier_graph_mermaid(big_review()))
 
 
-def test_mermaid_draws_the_change_and_one_note_for_the_rest() -> None:
+def test_mermaid_draws_only_the_chain_and_the_moves() -> None:
     graph = tier_graph_mermaid(big_review())
     assert "subgraph" not in graph
-    # a-5 changed; a-4 its dependency, a-6 its dependent; b-3 (source of the move) changed, b-2/b-4 around it;
-    # b-10 has a new warning
+    # the move's two ends only: a-5's neighbours and b-10's warning (no error) show nothing the graph must
     drawn = re.findall(r"^  (t_\w+)\[", graph, re.M)
-    assert sorted(drawn) == sorted(["t_team_a_a_4", "t_team_a_a_5", "t_team_a_a_6", "t_team_b_b_2", "t_team_b_b_3", "t_team_b_b_4", "t_team_b_b_10"])
-    assert '  others["53 other tiers unchanged"]' in graph
+    assert sorted(drawn) == ["t_team_a_a_5", "t_team_b_b_3"]
+    assert "others" not in graph
     assert "  t_team_b_b_3 -.->|2 moved| t_team_a_a_5\n" in graph
     assert re.search(r't_team_b_b_3\["team-b/b-3<br/>→ 2 moved out"\]', graph)
     assert_edges_avoid_summaries(graph, big_review())
@@ -363,12 +368,12 @@ def test_mermaid_colours_new_findings_only() -> None:
         "c",
         [summary("a"), summary("b", "a"), summary("c", "b")],
         cluster_diff("c", tier_diff(change(ChangeKind.ADDED, "ConfigMap/x/y", "b"))),
-        [(finding("missing-crd", Severity.ERROR, "old", "a"), False), (finding("missing-crd", Severity.WARNING, "new", "c"), True)],
+        [(finding("missing-crd", Severity.ERROR, "old", "a"), False), (finding("missing-crd", Severity.ERROR, "new: needs flux-system/b first", "c"), True)],
     )
     graph = tier_graph_mermaid(r)
-    assert "class t_flux_system_c warning" in graph
-    assert " error" not in graph.split("classDef summary")[1]
-    assert "❌" not in graph
+    assert "class t_flux_system_c error" in graph
+    assert "  t_flux_system_b --> t_flux_system_c\n" in graph  # the tier the error names, with its edge
+    assert "t_flux_system_a" not in graph  # an old error is no part of the change's chain
 
 
 def test_mermaid_label_escaping() -> None:
@@ -377,7 +382,9 @@ def test_mermaid_label_escaping() -> None:
 
 def test_mermaid_ids_are_sanitised_and_unique() -> None:
     tiers = [summary("a-b/c"), summary("a_b/c"), summary("x.y/end")]
-    graph = tier_graph_mermaid(review("c", tiers, cluster_diff("c"), touched=("a-b/c", "a_b/c", "x.y/end")))
+    moves = tier_diff(change(ChangeKind.MOVED, "ConfigMap/n/m", "a_b/c", from_tier="a-b/c"), change(ChangeKind.MOVED, "ConfigMap/n/k", "x.y/end", from_tier="a_b/c"))
+    diff = ClusterDiff("c", (TierDiff(tid("a_b/c"), moves.changes[:1]), TierDiff(tid("x.y/end"), moves.changes[1:])))
+    graph = tier_graph_mermaid(review("c", tiers, diff))
     ids = re.findall(r"^\s*(\w+)\[", graph, re.M)
     assert ids == ["t_a_b_c", "t_a_b_c_2", "t_x_y_end"]
 
@@ -396,37 +403,43 @@ def test_markdown_multi_cluster_golden() -> None:
     parts = format_review_markdown([prod_review(), clean_review()])
     assert len(parts) == 1
     assert_golden("review/multi.md", parts[0])
-    assert "| | cluster | check | tier | object | where | message |" in parts[0]
+    assert "**prod**\n\n**To do:**" in parts[0] and "**dev**\n\n**Nothing to do.**" in parts[0]
+    assert "- ❌ 🆕 prod · `missing-crd` · `apps` · `Deployment/web`: " in parts[0]
 
 
 def test_markdown_first_screen() -> None:
     text = format_review_markdown([prod_review()], link_base=LINK)[0]
     lines = text.splitlines()
     assert lines[0] == MARKER
-    assert lines[1] == "### ❌ prod: 1 new error, 1 new warning · 5 tiers changed · 1 object moved"
-    assert lines[2] == "- 5 tiers, 39 objects · pre-existing, not from this change: 1 warning"  # neutral, a line of its own
-    assert lines[3] == "- Changed tiers (5): `apps`, `legacy`, `platform`, `platform-config`, `platform-config-cdi`"
-    rows = [line for line in lines if line.startswith("| ") and "`" in line and not line.startswith("| `")]
+    assert lines[1] == "### ❌ prod: 1 new error, 1 new warning"
+    # what to do comes next: one line per new error (and per prune hand-over)
+    assert lines[2:6] == ["**To do:**", "", "1. See `missing-crd` in `apps` below", "2. Set `prune: false` on `platform-config` for one merge, then move the objects and restore it"]
+    # then the change in words, before any list of findings
+    assert text.index("**What changed:**") < text.index("```mermaid") < text.index("**Findings:** 2 new")
+    assert "- Tiers removed: `legacy`\n- 1 object moved: `platform-config` → `platform-config-cdi` (1)\n" in text
+    # one count of the pre-existing findings, said the same way in both places
+    assert "<sub>5 tiers, 39 objects · pre-existing, not from this change: 1 warning, 1 note</sub>" in text
+    assert re.search(r"<summary>Pre-existing, not from this change: 1 warning, 1 note \(counts per check\)</summary>\n\n\| check \| ❌ \| ⚠️ \| ℹ️ \|", text)
+    rows = [line for line in lines if line.startswith(("- ❌", "- ⚠️"))]
     assert len(rows) == 2  # new findings only: the pre-existing ones are counted, folded
-    assert rows[0].startswith("| ❌ 🆕 | `missing-crd` | apps | Deployment/web | ")
-    assert rows[1].startswith("| ⚠️ 🆕 | `prune-transient` | platform-config | StorageProfile/ceph-block | ")
-    assert f"[`web.yaml:12`]({LINK}/apps/web.yaml#L12)" in rows[0]
-    assert rows[0].endswith(" | Deployment uses &lt;kind&gt; a\\|b not installed by any tier |")
-    assert rows[1].endswith(" | StorageProfile/ceph-block moves out of platform-config (prune: true): Flux may delete and recreate it, losing its state |")
-    # the full explanation follows the table, one <details> per finding
+    assert rows[0].startswith("- ❌ 🆕 `missing-crd` · `apps` · `Deployment/web`: Deployment uses &lt;kind&gt; a\\|b not installed by any tier")
+    assert rows[0].endswith(f"([`apps/web.yaml:12`]({LINK}/apps/web.yaml#L12))")  # the repository path, linked to the line
+    assert rows[1].startswith("- ⚠️ 🆕 `prune-transient` · `platform-config` · `StorageProfile/ceph-block`: StorageProfile/ceph-block moves out of platform-config")
     assert "<details><summary>❌ 🆕 missing-crd · flux-system/apps · Deployment/apps/web</summary>" in text
-    assert re.search(r"<summary>2 pre-existing findings, not from this change \(counts per check\)</summary>\n\n\| check \| ❌ \| ⚠️ \| ℹ️ \|", text)
     assert "| `tier-order-stale` |  | 1 |  |" in text
-    assert text.index("<details><summary>2 pre-existing") < text.index("```mermaid")
 
 
 def test_markdown_lists_resolved_findings() -> None:
     fixed = finding("second-order-crd", Severity.ERROR, "platform-config waits for StorageProfile.cdi.kubevirt.io ← created by cdi-operator", "platform-config", "CDI//cdi", "platform-config/cdi.yaml:3")
     r = review("prod", [summary("platform-config")], cluster_diff("prod"), resolved=(fixed,), touched=("platform-config",))
     text = format_review_markdown([r])[0]
-    assert text.splitlines()[1] == "### ✅ prod: no new findings · fixed: 1 · 1 tier changed"
-    row = next(line for line in text.splitlines() if line.startswith("| ✅ fixed"))
-    assert row.startswith("| ✅ fixed | `second-order-crd` | platform-config | CDI/cdi | `cdi.yaml:3` | ")
+    lines = text.splitlines()
+    assert lines[1:4] == ["### ✅ prod: fixed 1 · no new findings", "**Fixed:** fixed `second-order-crd` in `platform-config` for `CDI/cdi`.", ""]
+    assert lines[4] == "**Nothing to do.**"
+    row = next(line for line in lines if line.startswith("- ✅ fixed"))
+    # in the past tense, and its place is the base's: not linked into the head's tree
+    assert row.startswith("- ✅ fixed `second-order-crd` · `platform-config` · `CDI/cdi`: before this change: ")
+    assert row.endswith(" (`platform-config/cdi.yaml:3`)")
     assert "<details><summary>✅ fixed second-order-crd · flux-system/platform-config · CDI/cdi</summary>" in text
     assert "fixed: error second-order-crd  flux-system/platform-config CDI/cdi\n" in format_review_text(r)
     assert review_to_json(r)["resolved"][0]["check"] == "second-order-crd" and review_to_json(r)["summary"]["fixed"] == 1
@@ -438,10 +451,11 @@ def test_markdown_escapes_cells() -> None:
     assert "a|b" not in text
 
 
-def test_markdown_diffs_largest_last_with_fences() -> None:
+def test_markdown_diffs_root_cause_first_with_fences() -> None:
     text = format_review_markdown([prod_review()])[0]
     summaries = re.findall(r"<summary><b>([^<]+)</b>", text)
-    assert summaries == ["flux-system/platform-config-cdi", "flux-system/legacy", "flux-system/apps"]
+    # apps holds the new error: first, though largest; then the move's destination; the rest smallest first
+    assert summaries == ["flux-system/apps", "flux-system/platform-config-cdi", "flux-system/legacy"]
     assert "```diff\n@@ -10,7 +10,7 @@" in text
     assert "--- a/Deployment/apps/web" not in text  # the heading names the object
     # a diff containing ``` gets a longer fence
@@ -457,8 +471,9 @@ def test_markdown_secret_lists_key_names_only() -> None:
 
 def test_markdown_clean_review_has_no_table_or_graph() -> None:
     text = format_review_markdown([clean_review()])[0]
-    assert "### ✅ dev: no new findings · no tier changed" in text
-    assert "| |" not in text and "mermaid" not in text
+    assert text.splitlines()[1:3] == ["### ✅ dev: no new findings", "**Nothing to do.**"]
+    assert "- No tier changed." in text
+    assert "**Findings" not in text and "mermaid" not in text
     assert "No rendered changes." in text
 
 
@@ -469,8 +484,8 @@ def test_markdown_table_holds_new_rows_only() -> None:
         cluster_diff("c"),
         [(finding("x", Severity.WARNING, "fresh", "a"), True), (finding("y", Severity.WARNING, "stale", "a"), False)],
     )
-    rows = [line for line in format_review_markdown([r])[0].splitlines() if line.startswith("| ⚠️")]
-    assert rows == ["| ⚠️ 🆕 | `x` | a |  |  | fresh |"]
+    rows = [line for line in format_review_markdown([r])[0].splitlines() if line.startswith("- ⚠️")]
+    assert rows == ["- ⚠️ 🆕 `x` · `a`: fresh"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,7 +521,7 @@ def test_split_small_limit() -> None:
     for k in range(6):
         assert (f"problem {k} in tier t{k}" in parts[0]) == (k % 2 == 0)
         assert all(f"problem {k} " not in p for p in parts[1:])
-    assert "3 pre-existing findings, not from this change" in parts[0]
+    assert "Pre-existing, not from this change: 3 errors" in parts[0]
     # every object change exactly once
     expected = sorted(str(c.ref) for t in r.diff.tiers for c in t.changes)
     shown = sorted(h for p in parts for h in _headings(p))
@@ -547,11 +562,11 @@ def test_long_messages_are_shortened_not_dropped() -> None:
     r = review("prod", [summary(f"t{k}") for k in range(10)], cluster_diff("prod"), findings)
     parts = format_review_markdown([r], limit=3000)
     _assert_well_formed(parts, 3000)
-    rows = [line for line in parts[0].splitlines() if line.startswith("| ❌")]
+    rows = [line for line in parts[0].splitlines() if line.startswith("- ❌")]
     assert len(rows) == 10
-    assert all(row.endswith(" texts… |") for row in rows)  # cut at a word boundary, never mid-word
+    assert all(row.endswith(" texts…") for row in rows)  # cut at a word boundary, never mid-word
     assert all(f"message {k}:" in rows[k] for k in range(10))
-    assert all(len(row.rsplit(" | ", 2)[-2].replace("\\|", "|")) <= 120 for row in rows)
+    assert all(len(row.split("`: ", 1)[1].replace("\\|", "|")) <= 120 for row in rows)
 
 
 def test_too_many_findings_fold_the_least_important_rows() -> None:
@@ -563,18 +578,22 @@ def test_too_many_findings_fold_the_least_important_rows() -> None:
     text = parts[0]
     folded = re.search(r"… ([\d,]+) more findings not shown", text)
     assert folded
-    rows = [line for line in text.splitlines() if line.startswith(("| ❌", "| ⚠️"))]
+    rows = [line for line in text.splitlines() if line.startswith(("- ❌", "- ⚠️"))]
     assert len(rows) + int(folded.group(1)) == 60  # new findings only: the pre-existing ones are counted
-    assert all(row.startswith("| ❌ 🆕") for row in rows)
+    assert all(row.startswith("- ❌ 🆕") for row in rows)
 
 
-def test_graph_too_big_is_replaced_by_a_note() -> None:
-    tiers = [summary(f"ns{k}/tier-{k}", objects=1) for k in range(40)]  # one tier per namespace: nothing collapses
-    diff = cluster_diff("c", *(tier_diff(change(ChangeKind.ADDED, f"ConfigMap/ns{k}/c", f"ns{k}/tier-{k}")) for k in range(40)))
-    parts = format_review_markdown([review("c", tiers, diff)], limit=2500)
+def test_graph_past_15_boxes_is_folded_and_dropped_when_it_does_not_fit() -> None:
+    tiers = [summary(f"t{k}", f"t{(k + 1) % 40}", objects=1) for k in range(40)]  # one cycle through 40 tiers
+    path = " → ".join(f"flux-system/t{k % 40}" for k in range(41))
+    cycle = finding("dependency-cycle", Severity.ERROR, f"dependsOn forms a cycle: {path}; Flux never applies any of these Kustomizations", "t0")
+    r = review("c", tiers, cluster_diff("c"), [(cycle, True)], touched=("t7",))
+    [part] = format_review_markdown([r])
+    assert "<details><summary>Tier graph: 40 tiers (the chain of the new findings and the moves)</summary>\n\n```mermaid" in part
+    assert "**To do:** Remove the `dependsOn` this PR added (`t7` → `t8`)." in part
+    parts = format_review_markdown([r], limit=2500)
     _assert_well_formed(parts, 2500)
     assert "mermaid" not in "".join(parts)
-    assert "Tier graph (40 tiers) not shown" in "".join(parts)
 
 
 def test_limit_too_small() -> None:
@@ -617,9 +636,10 @@ def test_split_invariants_on_random_reviews(seed: int) -> None:
     note = re.search(r"> ([\d,]+) more object changes? in", parts[-1])
     omitted = int(note.group(1).replace(",", "")) if note else 0
     assert len(shown) + omitted == len(expected)
-    rows = sum(1 for line in parts[0].splitlines() if line.startswith(("| ❌", "| ⚠️", "| ℹ️")))
+    rows = sum(1 for line in parts[0].splitlines() if line.startswith(("- ❌ 🆕", "- ⚠️ 🆕")))
     folded = re.search(r"… ([\d,]+) more findings? not shown", parts[0])
-    assert rows + (int(folded.group(1)) if folded else 0) == sum(1 for r in clusters for f in r.findings if f.new)
+    # info findings are notes (folded under the findings), never counted as new findings
+    assert rows + (int(folded.group(1)) if folded else 0) == sum(1 for r in clusters for f in r.findings if f.new and f.finding.severity is not Severity.INFO)
 
 
 # --------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_a_chart_bump_reviews_the_objects_it_changes(tmp_path: Path) -> None:
     added = [line[1:].strip() for line in change.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert "- image: nginx:1.25" in removed and "- image: nginx:1.27" in added
     text = format_review_text(review)
-    assert "charts (each HelmRelease's rendered objects):" in text and "1 HelmRelease rendered differently" in text
+    assert "charts (each HelmRelease's rendered objects):" in text and "Chart webapp 1.0.0 → 1.1.0" in text.split("charts (")[0]  # named in what changed
     assert [c["helmRelease"] for c in review_to_json(review)["changes"]] == ["default/web"]
 
 
