@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from bot.adapters.kustomize import STOPPED_MESSAGES
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.jobs import PrecheckPlan
-from bot.engine.model import Finding, Severity, plural
+from bot.engine.model import Cause, Finding, Severity, plural
 from bot.engine.review import ALWAYS_NEW, ClusterReview
 from bot.pipeline.review import review_repository
 from bot.engine.review_report import format_review_markdown, review_verdict
@@ -155,7 +154,7 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
 
 def _stopped(finding: Finding) -> bool:
     """A `render-failed` whose build was stopped by a limit (bot.adapters.kustomize raised BuildStopped), not failed by its input."""
-    return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
+    return finding.check == "render-failed" and finding.cause is Cause.STOPPED
 
 
 def resource_failure(review: ClusterReview) -> str | None:
