@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ContextManager, Mapping, Protocol, Sequence
 
+from bot.engine.errors import FluxwardenError
+from bot.engine.drift import DriftOptions, DriftReport
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.live import LiveState, ObjectFetcher
 from bot.engine.settings import GitIdentity, Limits, RepoPolicy
+from bot.engine.tierfix import TreeState
 from bot.pipeline.check import CheckOptions
+from bot.pipeline.drift import RenderedCluster
 
 
 class Settings(Protocol):
@@ -108,12 +116,35 @@ class HandlerGitHub(PrecheckGitHub, CommentGitHub, RestartGitHub, TierOrderGitHu
     """Every GitHub call the handlers make (bot.adapters.github.GitHubAdapter)."""
 
 
+class Revisions(Protocol):
+    """A PR's base and head fetched into a mirror (bot.adapters.git.FetchedRevisions)."""
+
+    @property
+    def mirror(self) -> Path: ...
+
+    @property
+    def base_sha(self) -> str: ...
+
+    @property
+    def head_sha(self) -> str: ...
+
+
+class Heads(Protocol):
+    """Where branches point (None: no such branch), fetched into a mirror (bot.adapters.git.BranchHeads)."""
+
+    @property
+    def mirror(self) -> Path: ...
+
+    @property
+    def heads(self) -> Mapping[str, str | None]: ...
+
+
 class Git(Protocol):
     """The git mirrors (bot.adapters.git.Mirrors), given their credentials once by the composition root."""
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Any: ...
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Revisions: ...
 
-    def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Any: ...
+    def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Heads: ...
 
     def checkout(self, mirror: Path, sha: str) -> ContextManager[Path]: ...
 
@@ -122,6 +153,57 @@ class Git(Protocol):
     def push_branch(self, clone_url: str, sha: str, branch: str, *, force: bool = True) -> None: ...
 
     def delete_branch(self, clone_url: str, branch: str) -> None: ...
+
+    def merge_base(self, mirror: Path, a: str, b: str) -> str: ...
+
+    def first_parent_history(self, mirror: Path, rev: str, limit: int) -> list[str]: ...
+
+    def commit_parents(self, mirror: Path, rev: str) -> list[str]: ...
+
+    def commit_summary(self, mirror: Path, rev: str) -> str: ...
+
+
+class Live(Protocol):
+    """Reading the clusters the settings configure live (bot/service/live.py on bot/adapters/kube.py; read-only)."""
+
+    def configured(self, repo: str, cluster: str) -> bool: ...
+
+    async def read_state(self, repo: str, cluster: str) -> LiveState: ...
+
+    def object_reader(self, repo: str, cluster: str) -> ObjectFetcher: ...
+
+    async def read_drift(
+        self, rendered: RenderedCluster, repo: str, cluster: str, *, now: Callable[[], datetime], options: DriftOptions,
+        branch: str | None = None, revision: str | None = None,
+    ) -> DriftReport: ...
+
+
+class TierOrderMemo:
+    """What tier-order runs of one service share: one run per repository at a time, tree states by (repo, commit)."""
+
+    def __init__(self, size: int = 128) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._states: OrderedDict[tuple[str, str], TreeState | FluxwardenError] = OrderedDict()
+        self._size = size
+
+    def lock(self, repo: str) -> threading.Lock:
+        """The lock of `repo`'s runs (names compare case-insensitively, as GitHub's do)."""
+        with self._guard:
+            return self._locks.setdefault(repo.lower(), threading.Lock())
+
+    def state(self, key: tuple[str, str], compute: Callable[[], TreeState | FluxwardenError]) -> TreeState | FluxwardenError:
+        """The tree state of a commit, computed once (the `size` most recent kept)."""
+        with self._guard:
+            if key in self._states:
+                self._states.move_to_end(key)
+                return self._states[key]
+        result = compute()
+        with self._guard:
+            self._states[key] = result
+            while len(self._states) > self._size:
+                self._states.popitem(last=False)
+        return result
 
 
 class Dispatcher(Protocol):
@@ -165,6 +247,8 @@ class BotContext:
     options: CheckOptions  # how a render runs (kustomize, jobs, timeout)
     cache_dir: Path  # the build cache
     claims: Claims | None = None  # several replicas: runs are claimed on GitHub
+    live: Live | None = None  # reads clusters live (None: never, e.g. in tests of the GitHub side)
+    tier_order: TierOrderMemo = field(default_factory=TierOrderMemo)  # the service's tier-order locks and tree states
 
 
 @dataclass(frozen=True)

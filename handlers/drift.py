@@ -28,17 +28,15 @@ import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
-from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine import markdown as md
 from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
 from bot.engine.errors import FluxwardenError, InfraError
 from bot.engine.jobs import DriftKey, Submitted
 from bot.engine.model import plural
-from bot.pipeline.drift import read_drift, render_cluster, utcnow
+from bot.pipeline.drift import render_cluster, utcnow
 from handlers.context import BotContext, DriftGitHub
-from handlers.precheck import live_access
 
 log = logging.getLogger(__name__)
 
@@ -323,8 +321,8 @@ class DriftRunner:
                 return DriftOutcome(None, None, f"internal error ({type(exc).__name__})")
 
     async def _run(self, target: DriftTarget) -> DriftOutcome:
-        access = live_access(self.bot.config, target.repo, target.cluster)
-        if access is None:
+        live = self.bot.live
+        if live is None or not live.configured(target.repo, target.cluster):
             return DriftOutcome(None, None, f"{target.cluster} of {target.repo} has no live access configured")
         try:
             branch, revision, rendered = await asyncio.to_thread(self._render, target)
@@ -332,7 +330,7 @@ class DriftRunner:
             what = "fetch" if isinstance(exc, InfraError) else "render"
             report = DriftReport.failed(target.cluster, f"could not {what} the default branch: {exc}", self.clock())
         else:
-            report = await read_drift(rendered, access, now=self.clock, options=target.options, branch=branch, revision=revision)
+            report = await live.read_drift(rendered, target.repo, target.cluster, now=self.clock, options=target.options, branch=branch, revision=revision)
         return await self._publish(target, report)
 
     async def _publish(self, target: DriftTarget, report: DriftReport) -> DriftOutcome:
@@ -370,27 +368,33 @@ def drift_targets(bot: BotContext) -> list[tuple[DriftTarget, Any]]:
     return out
 
 
-def build_drift_scheduler(
-    bot: BotContext, *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow
-) -> DriftScheduler | None:
-    """The service's drift scheduler (None when no cluster has drift on): one job per enabled cluster, each running
-    `DriftRunner.run` behind `should_run` (leader election), on the service's dispatcher like every other run
-    (a firing while the cluster's last run still goes on joins it)."""
+@dataclass(frozen=True)
+class DriftJob:
+    """One scheduled drift report: when it fires (the cluster's policy) and what a firing runs."""
+
+    id: str
+    cron: str | None
+    interval_seconds: int | None
+    jitter: int
+    run: Callable[[], Awaitable[None]]
+
+
+def drift_jobs(bot: BotContext, *, clock: Callable[[], datetime] = utcnow) -> tuple[DriftRunner, list[DriftJob]] | None:
+    """The service's drift jobs (None when no cluster has drift on): one per enabled cluster, each running
+    `DriftRunner.run` on the service's dispatcher like every other run (a firing while the cluster's last
+    run still goes on joins it). bot/service/app.py schedules them (bot/adapters/scheduler.py)."""
     targets = drift_targets(bot)
     if not targets:
         return None
     runner = DriftRunner(bot, clock=clock)
     jobs = [
-        ScheduledJob(
-            target.job_id,
-            Schedule(policy.schedule, policy.interval_seconds, policy.jitter),
+        DriftJob(
+            target.job_id, policy.schedule, policy.interval_seconds, policy.jitter,
             lambda target=target: _dispatch(bot, target.key, lambda: runner.run(target)),
         )
         for target, policy in targets
     ]
-    scheduler = DriftScheduler(jobs, should_run=should_run, clock=clock)
-    scheduler.runner = runner  # type: ignore[attr-defined]  (tests and the service reach the runner through it)
-    return scheduler
+    return runner, jobs
 
 
 async def _dispatch(bot: BotContext, key: DriftKey, run: Callable[[], Any]) -> None:

@@ -15,22 +15,18 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from bot.adapters.kustomize import STOPPED_MESSAGES
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.jobs import PrecheckPlan
-from bot.engine.model import Finding, Severity, plural
+from bot.engine.model import Cause, Finding, Severity, plural
 from bot.engine.review import ALWAYS_NEW, ClusterReview
 from bot.pipeline.review import review_repository
 from bot.engine.review_report import format_review_markdown, review_verdict
 from bot.pipeline.check import CheckOptions
-from handlers.context import Counters, PrecheckGitHub, Settings
-
-if TYPE_CHECKING:
-    from bot.adapters.kube import ClusterAccess
-    from bot.engine.live import LiveState
+from bot.engine.live import LiveState
+from handlers.context import Counters, Live, PrecheckGitHub, Revisions
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +39,9 @@ _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHu
 class PrecheckGit(Protocol):
     """What prechecking needs from git (bot.adapters.git.Mirrors provides it, with its credentials)."""
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str): ...
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Revisions: ...
+
+    def merge_base(self, mirror: Path, a: str, b: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -155,7 +153,7 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
 
 def _stopped(finding: Finding) -> bool:
     """A `render-failed` whose build was stopped by a limit (bot.adapters.kustomize raised BuildStopped), not failed by its input."""
-    return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
+    return finding.check == "render-failed" and finding.cause is Cause.STOPPED
 
 
 def resource_failure(review: ClusterReview) -> str | None:
@@ -190,24 +188,13 @@ def interrupted_description(cluster: str) -> str:
     return f"precheck of {cluster} {INTERRUPTED}"
 
 
-def live_access(settings: Settings, repo: str, cluster: str) -> "ClusterAccess | None":
-    """How to read `cluster` of `repo` live, when the service settings say so."""
-    policy_repo = settings.repo(repo)
-    policy = policy_repo.cluster(cluster) if policy_repo else None
-    if policy is None or not policy.live:
-        return None
-    from bot.adapters.kube import ClusterAccess  # kubernetes-asyncio: only when a cluster is read live
-
-    return ClusterAccess(kubeconfig=Path(policy.kubeconfig) if policy.kubeconfig else None, context=policy.context, in_cluster=policy.in_cluster)
-
-
 @dataclass
 class Precheck:
     """One cluster's precheck: from a plan to the state GitHub should show, and reconciling GitHub to it."""
 
     github: PrecheckGitHub
     git: PrecheckGit
-    settings: Settings | None  # per-cluster kubeconfig/context/in_cluster for live preconditions (None: never live)
+    live: Live | None  # reads the clusters the settings configure live, for live preconditions (None: never live)
     metrics: Counters
     cache_dir: Path
     options: CheckOptions = field(default_factory=CheckOptions)
@@ -233,41 +220,33 @@ class Precheck:
 
     async def review(self, plan: PrecheckPlan, cluster: str) -> ClusterReview:
         """Read the cluster's live state (when configured; a failed read is recorded, not raised), then review in a thread."""
-        access = live_access(self.settings, plan.repo, cluster) if self.settings is not None else None
-        live = None
-        if access is not None:
-            from bot.adapters.kube import read_live_state
-
-            live = await read_live_state(access, cluster)
-        return await asyncio.to_thread(self._review, plan, cluster, live, access)
+        is_live = self.live is not None and self.live.configured(plan.repo, cluster)
+        live = await self.live.read_state(plan.repo, cluster) if is_live and self.live is not None else None
+        return await asyncio.to_thread(self._review, plan, cluster, live)
 
     @property
     def reviewing(self) -> int:
         """Review threads still running: a cancelled run's thread goes on until its builds are stopped."""
         return len(self._reviewing)
 
-    def _review(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None" = None, access: "ClusterAccess | None" = None) -> ClusterReview:
+    def _review(self, plan: PrecheckPlan, cluster: str, live: LiveState | None = None) -> ClusterReview:
         """Fetch base and head into the mirror and review the change (blocking; runs in a thread)."""
         marker = object()
         self._reviewing.append(marker)  # list.append/remove are atomic under the GIL
         try:
-            return self._review_in_thread(plan, cluster, live, access)
+            return self._review_in_thread(plan, cluster, live)
         finally:
             self._reviewing.remove(marker)
 
-    def _review_in_thread(self, plan: PrecheckPlan, cluster: str, live: "LiveState | None", access: "ClusterAccess | None") -> ClusterReview:
+    def _review_in_thread(self, plan: PrecheckPlan, cluster: str, live: LiveState | None) -> ClusterReview:
         fetched = self.git.revisions(plan.clone_url, f"refs/heads/{plan.base_ref}", f"refs/pull/{plan.number}/head")
         if fetched.head_sha != plan.head_sha:
             raise InfraError(f"the PR head moved to {fetched.head_sha[:12]} while fetching; a newer run follows")
-        from bot.adapters.git import merge_base
-
         # Review what the PR changes: from the merge base, as GitHub's "Files changed" does.
-        base = merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
+        base = self.git.merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
         fetch_objects = None
-        if access is not None:
-            from bot.adapters.kube import ObjectReader
-
-            fetch_objects = ObjectReader(access)  # moved objects: read in this thread, on its own loop
+        if live is not None and self.live is not None:
+            fetch_objects = self.live.object_reader(plan.repo, cluster)  # moved objects: read in this thread, on its own loop
         return review_repository(
             fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
             config_from_base=True,  # a PR never decides what its clusters are

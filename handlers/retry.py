@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any, Callable, TypeVar
 
-from bot.adapters.github import GitHubError
+from bot.engine.errors import GitHubError
 from bot.engine.settings import Backoff
 from handlers.context import BotContext
 

@@ -18,8 +18,6 @@ finishing cannot race the next one into opening a second PR.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +34,6 @@ log = logging.getLogger(__name__)
 STATUS_CONTEXT = "fluxwarden/tier-order"
 CONFLICT_MARKER = "fluxwarden:tier-order:conflict"
 HISTORY_LIMIT = 32  # first-parent commits searched for the one that made the order stale
-_STATE_CACHE_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -61,20 +58,9 @@ class TierOrderOutcome:
     commit: str | None = None  # the bot branch commit
 
 
-_LOCKS_GUARD = threading.Lock()
-_LOCKS: dict[str, threading.Lock] = {}
-_STATES: OrderedDict[tuple[str, str], TreeState | FluxwardenError] = OrderedDict()
-_STATES_GUARD = threading.Lock()
-
-
-def _lock_for(repo: str) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(repo.lower(), threading.Lock())
-
-
 def reconcile_tier_order(bot: BotContext, target: TierOrderTarget) -> TierOrderOutcome:
     """Make the follow-up PR match the default branch (blocking)."""
-    with _lock_for(target.repo):
+    with bot.tier_order.lock(target.repo):
         return _Run(bot, target).reconcile()
 
 
@@ -166,9 +152,7 @@ class _Run:
 
     def stale_since(self, head: str, pull: Any) -> tuple[StaleCommit | None, str | None]:
         """The first-parent commit that made the order stale (bisected over the last HISTORY_LIMIT), or why unknown."""
-        from bot.adapters.git import commit_parents, commit_summary, first_parent_history
-
-        history = first_parent_history(self.mirror, head, HISTORY_LIMIT)
+        history = self.git.first_parent_history(self.mirror, head, HISTORY_LIMIT)
 
         def stale(sha: str) -> bool | None:
             state = self.state(sha)
@@ -182,7 +166,7 @@ class _Run:
                 return None  # e.g. the file did not exist yet, or was unreadable: cannot tell
 
         index = first_stale(history, stale)
-        if index is None and stale(history[0]) and not commit_parents(self.mirror, history[0]):
+        if index is None and stale(history[0]) and not self.git.commit_parents(self.mirror, history[0]):
             index = 0  # the repository was born stale
         if index is None:
             return None, (
@@ -198,7 +182,7 @@ class _Run:
             changes = graph_changes(old, after.graphs)
             if isinstance(before, TreeState) and before.text != after.text and after.file:
                 changes.append(f"{md.code(after.file)} itself was edited")
-        return StaleCommit(sha, commit_summary(self.mirror, sha), self.commit_url(sha), tuple(changes)), None
+        return StaleCommit(sha, self.git.commit_summary(self.mirror, sha), self.commit_url(sha), tuple(changes)), None
 
     def commit_url(self, sha: str) -> str:
         url = self.target.clone_url
@@ -209,27 +193,20 @@ class _Run:
     # -- one commit's state (cached: a commit never changes) ------------------------------------
 
     def state(self, sha: str) -> TreeState | FluxwardenError:
-        key = (self.target.repo.lower(), sha)
-        with _STATES_GUARD:
-            if key in _STATES:
-                _STATES.move_to_end(key)
-                return _STATES[key]
+        return self.bot.tier_order.state((self.target.repo.lower(), sha), lambda: self._read_state(sha))
+
+    def _read_state(self, sha: str) -> TreeState | FluxwardenError:
         options = self.bot.options
         try:
             with self.git.checkout(self.mirror, sha) as tree:
-                result: TreeState | FluxwardenError = read_tree_state(
+                return read_tree_state(
                     tree, kustomize=options.kustomize, jobs=options.jobs, timeout=options.timeout,
                     cache_dir=self.bot.cache_dir,
                 )
         except InfraError:
             raise  # not a property of the commit: do not remember it
         except FluxwardenError as exc:
-            result = exc
-        with _STATES_GUARD:
-            _STATES[key] = result
-            while len(_STATES) > _STATE_CACHE_SIZE:
-                _STATES.popitem(last=False)
-        return result
+            return exc
 
 
 # --------------------------------------------------------------------------------------------- what it says

@@ -7,6 +7,7 @@ remembering to list it. Configured in pyproject.toml `[tool.importlinter]`, run 
 
 from __future__ import annotations
 
+import ast
 import re
 
 import grimp
@@ -14,7 +15,7 @@ from importlinter.application import output
 from importlinter.domain import fields
 from importlinter.domain.contract import Contract, ContractCheck
 
-_IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))")
+_FROM = re.compile(r"^\s*from\s+([\w.]+)\s+import")
 
 
 class AllowlistContract(Contract):
@@ -42,9 +43,9 @@ class AllowlistContract(Contract):
                         continue
                     details = graph.get_import_details(importer=importer, imported=imported)
                     for detail in details:
-                        named = _named(detail["line_contents"]) or imported
-                        if not _covered(named, allowed):
-                            violations.append({"importer": importer, "imported": named, "line_number": detail["line_number"]})
+                        for named in _named(detail["line_contents"], imported, allowed):
+                            if not _covered(named, allowed):
+                                violations.append({"importer": importer, "imported": named, "line_number": detail["line_number"]})
                     if not details and not _covered(imported, allowed):
                         violations.append({"importer": importer, "imported": imported, "line_number": 0})
         return ContractCheck(kept=not violations, metadata={"violations": violations})
@@ -55,10 +56,40 @@ class AllowlistContract(Contract):
         output.new_line()
 
 
-def _named(line: str) -> str | None:
-    """The module an import statement's text names (`from urllib.parse import quote` → `urllib.parse`)."""
-    match = _IMPORTED.match(line)
-    return (match.group(1) or match.group(2)) if match else None
+def _named(line: str, imported: str, allowed: tuple[str, ...]) -> list[str]:
+    """Every module of `imported`'s package that an import line names, each judged on its own.
+
+    `import json, subprocess` names both (grimp reports the line once per package, so reading only its first
+    name let the second through); `from urllib import parse, request` names `urllib.parse` and
+    `urllib.request`; `from urllib.parse import quote` names `urllib.parse`. A line that is not a whole
+    statement (the first line of a parenthesised `from x import (`) is judged by its `from` module.
+    """
+    top = imported.split(".")[0]
+    names = [n for n in _statement_modules(line.strip(), allowed) if n.split(".")[0] == top]
+    if names:
+        return names
+    match = _FROM.match(line)
+    return [match.group(1)] if match and match.group(1).split(".")[0] == top else [imported]
+
+
+def _statement_modules(line: str, allowed: tuple[str, ...]) -> list[str]:
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        try:
+            tree = ast.parse(line + ")")  # `from x import (` continued on the next lines
+        except SyntaxError:
+            return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # `from urllib import request` imports the submodule urllib.request: judged as such when the
+            # allowlist names only some of the package's submodules (`urllib.parse`).
+            partial = any(a.startswith(node.module + ".") for a in allowed)
+            names.extend(f"{node.module}.{alias.name}" if partial and alias.name != "*" else node.module for alias in node.names)
+    return names
 
 
 def _covered(module: str, prefixes: tuple[str, ...]) -> bool:

@@ -1,4 +1,4 @@
-"""The import contract (pyproject.toml `[tool.importlinter]`) holds on this tree and catches an I/O import in the engine."""
+"""The import contracts (pyproject.toml `[tool.importlinter]`) hold on this tree, and each one breaks on a probe import."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imp
 
 def _copy_tree(dest: Path) -> Path:
     """The packages, the contract and its configuration, without the rest of the checkout."""
-    for name in ("bot", "handlers"):
+    for name in ("bot", "handlers", "bench"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     (dest / "tests").mkdir()
     for name in ("__init__.py", "architecture.py"):
@@ -34,22 +34,76 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
     assert "0 broken" in result.stdout
 
 
+ENGINE_PURE = "The engine is pure"
+LAYERS = "Layers:"
+CYCLES = "No package cycles"
+
+
 @pytest.mark.parametrize(
-    ("module", "line", "broken"),
+    ("module", "line", "contract", "broken"),
     [
-        ("bot/engine/model.py", "import subprocess", "bot.engine.model (l.{n}) imports subprocess"),
-        ("bot/engine/graph.py", "from urllib.request import urlopen", "bot.engine.graph (l.{n}) imports urllib.request"),
-        ("bot/engine/diff.py", "from bot.pipeline import check", "bot.engine is not allowed to import bot.pipeline"),
-        ("bot/adapters/kube.py", "import handlers.registry", "bot.adapters is not allowed to import handlers"),
+        # the engine's allowlist: every name of an import line, every submodule a `from` line names
+        ("bot/engine/model.py", "import subprocess", ENGINE_PURE, "bot.engine.model (l.{n}) imports subprocess"),
+        ("bot/engine/model.py", "import json, subprocess", ENGINE_PURE, "bot.engine.model (l.{n}) imports subprocess"),
+        ("bot/engine/model.py", "import json; import os.path", ENGINE_PURE, "bot.engine.model (l.{n}) imports os.path"),
+        ("bot/engine/graph.py", "from urllib.request import urlopen", ENGINE_PURE, "bot.engine.graph (l.{n}) imports urllib.request"),
+        ("bot/engine/graph.py", "from urllib import parse, request", ENGINE_PURE, "bot.engine.graph (l.{n}) imports urllib.request"),
+        ("bot/engine/graph.py", "from importlib import import_module", ENGINE_PURE, "bot.engine.graph (l.{n}) imports importlib.import_module"),
+        ("bot/engine/flux.py", "from helm_python import Chart", ENGINE_PURE, "bot.engine.flux (l.{n}) imports helm_python"),
+        # layers, bench/ on top
+        ("bot/engine/diff.py", "from bot.pipeline import check", LAYERS, "bot.engine is not allowed to import bot.pipeline"),
+        ("bot/adapters/kube.py", "import handlers.registry", LAYERS, "bot.adapters is not allowed to import handlers"),
+        ("bot/service/cli.py", "import bench.synth", LAYERS, "bot.service is not allowed to import bench"),
+        # handlers get adapters from the composition root, never by import
+        ("handlers/tier_order.py", "from bot.adapters import git", "Handlers never import an adapter", "handlers.tier_order -> bot.adapters.git (l.{n})"),
+        ("handlers/comment.py", "from bot.adapters.kustomize import BuildStopped", "Handlers never import an adapter", "handlers.comment -> bot.adapters.kustomize (l.{n})"),
+        # each client library only in its adapter
+        ("handlers/comment.py", "import github", "PyGithub", "handlers.comment -> github (l.{n})"),
+        ("bot/pipeline/check.py", "import requests", "PyGithub", "bot.pipeline.check -> requests (l.{n})"),
+        ("handlers/comment.py", "import kubernetes_asyncio", "kubernetes-asyncio", "handlers.comment -> kubernetes_asyncio (l.{n})"),
+        ("bot/pipeline/check.py", "import git", "GitPython", "bot.pipeline.check -> git (l.{n})"),
+        ("bot/adapters/workspace.py", "from git import Repo", "GitPython", "bot.adapters.workspace -> git (l.{n})"),
+        ("bot/pipeline/check.py", "import subprocess", "Child processes", "bot.pipeline.check -> subprocess (l.{n})"),
+        ("bench/reference/compare.py", "import subprocess", "Child processes", "bench.reference.compare -> subprocess (l.{n})"),
+        ("bot/pipeline/drift.py", "import aiohttp", "aiohttp", "bot.pipeline.drift -> aiohttp (l.{n})"),
+        ("handlers/drift.py", "from apscheduler.triggers.cron import CronTrigger", "APScheduler", "handlers.drift -> apscheduler (l.{n})"),
+        ("bot/pipeline/releases.py", "import helm_python", "Helm SDK", "bot.pipeline.releases -> helm_python (l.{n})"),
+        ("bot/adapters/charts.py", "import pathspec", "pathspec", "bot.adapters.charts -> pathspec (l.{n})"),
+        ("handlers/drift.py", "import prometheus_client", "prometheus_client", "handlers.drift -> prometheus_client (l.{n})"),
+        ("bot/pipeline/renderer.py", "import multiprocessing", "Worker processes", "bot.pipeline.renderer -> multiprocessing (l.{n})"),
+        ("bot/adapters/kube.py", "import http.client", "Chart fetching", "bot.adapters.kube -> http (l.{n})"),
+        # cycles between the modules of a layer
+        ("bot/engine/model.py", "from bot.engine import review_report", CYCLES, ".model -> .review_report"),
+        ("bot/pipeline/memo.py", "from bot.pipeline import review", CYCLES, ".memo -> .review"),
+        ("handlers/context.py", "import handlers.precheck", CYCLES, "No cycles are allowed in handlers"),
     ],
 )
-def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:
+def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, module: str, line: str, contract: str, broken: str) -> None:
     tree = _copy_tree(tmp_path)
-    path = tree / module
-    lines = path.read_text().splitlines()
-    at = next(i for i, text in enumerate(lines) if text.startswith(("import ", "from "))) + 1  # after `from __future__`
-    lines.insert(at, line)
-    path.write_text("\n".join(lines) + "\n")
+    at = _insert(tree / module, line)
+    result = _lint(tree)
+    assert result.returncode == 1, result.stdout
+    out = " ".join(result.stdout.split())
+    assert broken.format(n=at) in out, out
+    assert f"{contract}" in out.split("Broken contracts", 1)[1], out  # the contract the probe aims at is the one broken
+
+
+def test_a_lazy_import_inside_a_function_breaks_the_contract(tmp_path: Path) -> None:
+    """helm_python is imported lazily (in the worker's functions): such an import counts as any other."""
+    tree = _copy_tree(tmp_path)
+    path = tree / "bot/pipeline/releases.py"
+    text = path.read_text()
+    path.write_text(text + "\n\ndef _probe() -> None:\n    import helm_python  # noqa: F401\n")
     result = _lint(tree)
     assert result.returncode == 1
-    assert broken.format(n=at + 1) in " ".join(result.stdout.split())
+    n = len(text.splitlines()) + 4
+    assert f"bot.pipeline.releases -> helm_python (l.{n})" in " ".join(result.stdout.split())
+
+
+def _insert(path: Path, line: str) -> int:
+    """Insert `line` after the module's first import (`from __future__`); its 1-based line number."""
+    lines = path.read_text().splitlines()
+    at = next(i for i, text in enumerate(lines) if text.startswith(("import ", "from "))) + 1
+    lines.insert(at, line)
+    path.write_text("\n".join(lines) + "\n")
+    return at + 1

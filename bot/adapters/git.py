@@ -550,6 +550,12 @@ class _Session:
 class Mirrors:
     """One cached bare mirror per repository under `root`; fetches what a run needs."""
 
+    # The history reads on a fetched mirror, as methods: handlers get them through their Git protocol.
+    merge_base = staticmethod(merge_base)
+    first_parent_history = staticmethod(first_parent_history)
+    commit_parents = staticmethod(commit_parents)
+    commit_summary = staticmethod(commit_summary)
+
     def __init__(
         self, root: Path, *, timeout: float = 120.0, proxy: str | None = None, credentials: Callable[[], str | None] | None = None
     ) -> None:

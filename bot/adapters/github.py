@@ -60,7 +60,7 @@ from github import Auth, Github, GithubException, GithubIntegration
 from github.CommitStatus import CommitStatus as _GhCommitStatus
 from github.PaginatedList import PaginatedList
 
-from bot.engine.errors import ConfigError, InfraError
+from bot.engine.errors import ConfigError, GitHubError, InfraError
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,6 @@ MAX_CLOCK_SKEW = 1.5  # seconds of disagreement with GitHub's Date header that w
 MIN_REPEAT_RATE_WAIT = 1.0  # a rate limit again right after waiting: our clock was early, wait at least this
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _ELLIPSIS = "…"
-
-
-class GitHubError(InfraError):
-    """A GitHub API call failed (after retries); the message never contains a secret."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class GitHubNotFound(GitHubError):

@@ -45,6 +45,14 @@ class InfraError(FluxwardenError):
     """Something outside the repo failed: kustomize missing, a timeout, GitHub or Kubernetes down."""
 
 
+class GitHubError(InfraError):
+    """A GitHub API call failed (after retries); the message never contains a secret. `status`: the HTTP status, None without one."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class KustomizeNotFound(InfraError):
     """No usable kustomize binary (standalone or kubectl's embedded one)."""
 

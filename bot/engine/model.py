@@ -183,9 +183,15 @@ class TierSpec:
         return self.retry_interval if self.retry_interval is not None else self.interval
 
 
+class Cause(enum.Enum):
+    """Why a finding was made, where code (not only its reader) must know: never read back from the message."""
+
+    STOPPED = "stopped"  # a build stopped by a limit (timeout, signal, output cap, shutdown): nothing said about its input
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One result of a check, as posted and as printed."""
+    """One result of a check, as posted and as printed; `check` is an id of bot/engine/findings.py CATALOGUE."""
 
     check: str
     severity: Severity
@@ -193,6 +199,7 @@ class Finding:
     kustomization: TierId | None = None
     object: ObjectRef | None = None
     location: SourceLocation | None = None
+    cause: Cause | None = None
 
     def sort_key(self) -> tuple:
         return (

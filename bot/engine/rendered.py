@@ -14,7 +14,7 @@ import yaml
 from bot.engine.artifacts import is_artifact_generator
 from bot.engine.errors import InputError
 from bot.engine.flux import KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_kustomization, operator_sync
-from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
+from bot.engine.model import Cause, Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
 
@@ -257,9 +257,9 @@ def object_ref(body: Mapping[str, Any]) -> ObjectRef | None:
     return ObjectRef(api_version, kind, str(meta.get("namespace") or ""), name)
 
 
-def render_failed(tier: TierId, message: str, location: SourceLocation | None, severity: Severity = Severity.ERROR) -> Finding:
+def render_failed(tier: TierId, message: str, location: SourceLocation | None, severity: Severity = Severity.ERROR, cause: Cause | None = None) -> Finding:
     """A `render-failed` finding about a tier."""
-    return Finding("render-failed", severity, message, kustomization=tier, location=location)
+    return Finding("render-failed", severity, message, kustomization=tier, location=location, cause=cause)
 
 
 def render_limit(tier: TierId, message: str, location: SourceLocation | None) -> Finding:

@@ -16,12 +16,12 @@ import yaml
 
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workspace import Snapshot, write_build_root
-from bot.engine.errors import InputError, LimitError, RenderError
+from bot.engine.errors import BuildStopped, InputError, LimitError, RenderError
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import parse_output
 from bot.engine.flux import OperatorSync
 from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
+from bot.engine.model import Cause, Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, render_limit, unsafe_path
 from bot.engine.tree import normalise_repo_path
 from bot.engine.yamlio import FastSafeLoader, find_duplicate_key
@@ -129,8 +129,8 @@ class TierBuilder:
         """Write the tier's files and Flux's overlay, run kustomize, parse what it printed."""
         tier = spec.id
 
-        def failed(message: str, location: SourceLocation | None = spec.origin) -> RawTier:
-            return RawTier(spec, inputs=inputs, failed=True, findings=(render_failed(tier, message, location),))
+        def failed(message: str, location: SourceLocation | None = spec.origin, cause: Cause | None = None) -> RawTier:
+            return RawTier(spec, inputs=inputs, failed=True, findings=(render_failed(tier, message, location, cause=cause),))
 
         try:
             self.snapshot.materialize(dirs, files)
@@ -155,7 +155,7 @@ class TierBuilder:
             repeated = find_duplicate_key(message, files, self.snapshot.read_text)  # kustomize names no file for it
             if repeated is not None:
                 message, location = f"{message} (in {repeated[0]}, line {repeated[1]})", SourceLocation(*repeated)
-            return failed(message, location)
+            return failed(message, location, Cause.STOPPED if isinstance(exc, BuildStopped) else None)
         with self._lock:
             self.output_bytes += len(text)
         try:

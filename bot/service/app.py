@@ -10,6 +10,7 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,17 +19,19 @@ from aiohttp import web
 from bot.adapters.git import Mirrors
 from bot.adapters.github import GitHubAdapter
 from bot.adapters.kustomize import allow_builds, locate_kustomize, stop_builds
-from bot.adapters.scheduler import DriftScheduler
+from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine.errors import FluxwardenError
 from bot.pipeline.check import CheckOptions
 from bot.service.claims import CLAIM_GRACE, Claims, pod_of
+from bot.service.live import KubeLive
 from bot.service.leader import LeaderElector, build_elector, replica_identity
 from bot.service.metrics import new_metrics
 from bot.service.runs import PrecheckRuns, RunQueue
 from bot.service.server import Readiness, WebhookApp
 from bot.service.settings import ServiceConfig
 from handlers.context import BotContext
-from handlers.drift import build_drift_scheduler
+from handlers.drift import drift_jobs
+from bot.pipeline.drift import utcnow
 from handlers.precheck import Precheck
 from handlers.registry import check_registry
 from handlers.restart import resume_pending, sweep_own, sweep_pending
@@ -130,13 +133,15 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
     queue = RunQueue(config.limits.workers, config.limits.queue)
     identity = (config.leader_election.identity or replica_identity()) if config.leader_election.enabled else None
     claims = _claims(adapter, config, identity) if identity is not None else None
+    live = KubeLive(config)
     precheck = Precheck(
-        github=adapter, git=git, settings=config, metrics=metrics, cache_dir=cache_dir, options=options,
+        github=adapter, git=git, live=live, metrics=metrics, cache_dir=cache_dir, options=options,
         run_timeout=config.limits.run_timeout, target_url=config.public_url,
     )
     runs = PrecheckRuns(precheck, queue, metrics, claims=claims, final_retry=config.limits.final_retry_seconds)
     bot = BotContext(
         config=config, github=adapter, git=git, prechecks=runs, jobs=queue, metrics=metrics, options=options, cache_dir=cache_dir, claims=claims,
+        live=live,
     )
     readiness = Readiness()
     leader = None
@@ -146,6 +151,21 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
             should_run = lambda: leader.is_leader  # noqa: E731
     drift = build_drift_scheduler(bot, should_run=should_run)
     return Service(config, bot, runs, readiness, WebhookApp(bot, config, queue, runs, metrics, readiness), drift=drift, leader=leader)
+
+
+def build_drift_scheduler(
+    bot: BotContext, *, should_run: Callable[[], bool] | None = None, clock: Callable[[], datetime] = utcnow
+) -> DriftScheduler | None:
+    """The service's drift scheduler (None when no cluster has drift on): handlers/drift.py's jobs behind
+    `should_run` (leader election); its `runner` is the handler's DriftRunner (tests and the service reach it)."""
+    made = drift_jobs(bot, clock=clock)
+    if made is None:
+        return None
+    runner, jobs = made
+    scheduled = [ScheduledJob(job.id, Schedule(job.cron, job.interval_seconds, job.jitter), job.run) for job in jobs]
+    scheduler = DriftScheduler(scheduled, should_run=should_run, clock=clock)
+    scheduler.runner = runner  # type: ignore[attr-defined]
+    return scheduler
 
 
 def _claims(github: GitHubAdapter, config: ServiceConfig, identity: str) -> Claims:

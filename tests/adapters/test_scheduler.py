@@ -18,7 +18,8 @@ from bot.adapters.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, S
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig, load_service_config
 from bot.engine.settings import ClusterPolicy, DriftPolicy, RepoPolicy
-from handlers.drift import LABEL, build_drift_scheduler
+from bot.service.app import build_drift_scheduler
+from handlers.drift import LABEL
 from tests.engine.test_drift import INCIDENT, ready
 from tests.handlers.test_drift import REPO, World, example, world  # noqa: F401  (fixtures)
 

@@ -19,6 +19,7 @@ from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
 from bot.engine.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
 from bot.engine.webhook import CommentEvent, PullRequestEvent, PullRequestRef, PushEvent, Repository
 from bot.pipeline.check import CheckOptions
+from bot.service.live import KubeLive
 from handlers.context import BotContext
 
 REPO = "home-ops/cluster"
@@ -271,6 +272,7 @@ def bot_context(**parts: Any) -> BotContext:
         "claims": None,
     }
     defaults.update(parts)
+    defaults.setdefault("live", KubeLive(defaults["config"]))  # live reads go to the cluster the settings name (a loopback fake)
     return BotContext(**defaults)
 
 

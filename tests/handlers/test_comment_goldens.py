@@ -17,7 +17,7 @@ from tests.handlers.test_registry import help_text
 from bot.engine.tierfix import StaleCommit, TierOrderConflict
 from handlers.comment import reply_body
 from handlers.drift import duplicate_comment, plan_issue
-from bot.engine.model import Finding, Severity, TierId
+from bot.engine.model import Cause, Finding, Severity, TierId
 from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, result_state, running_state
 from handlers.tier_order import conflict_note, duplicate_pull_comment, in_order_message, not_configured_message, settled_comment
 from tests.golden import assert_golden
@@ -52,7 +52,7 @@ def test_error(name: str, message: str, infrastructure: bool) -> None:
 
 def test_not_a_verdict() -> None:
     """A build stopped by a limit: `error`, and a banner saying the review is no verdict."""
-    stopped = Finding("render-failed", Severity.ERROR, "kustomize build timed out after 120s", TierId("flux-system", "apps"))
+    stopped = Finding("render-failed", Severity.ERROR, "kustomize build timed out after 120s", TierId("flux-system", "apps"), cause=Cause.STOPPED)
     state = result_state(review("prod", [], cluster_diff("prod"), [(stopped, True)]), link_base=f"https://github.com/home-ops/cluster/blob/{HEAD}")
     assert_golden("comments/precheck-not-a-verdict.md", state.comment[0] + f"\nstatus: {state.status}\nconclusion: {state.conclusion}\n")
 

@@ -110,7 +110,7 @@ def memory_github(head: str) -> MemoryGitHub:
 
 def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRuns:
     metrics = new_metrics()
-    precheck = Precheck(github=github, git=MemoryGit(), settings=None, metrics=metrics, cache_dir=tmp_path)
+    precheck = Precheck(github=github, git=MemoryGit(), live=None, metrics=metrics, cache_dir=tmp_path)
     precheck.review = review  # type: ignore[method-assign]
     return PrecheckRuns(precheck, RunQueue(2, 10), metrics, claims=Claims(github, replica, ttl=TTL))
 

@@ -20,7 +20,7 @@ from tests.fakes.context import MemoryGit, MemoryGitHub
 
 def precheck_runs(github: MemoryGitHub, git: MemoryGit, tmp_path: Path, final_retry: float = 5.0) -> PrecheckRuns:
     metrics = new_metrics()
-    precheck = Precheck(github=github, git=git, settings=None, metrics=metrics, cache_dir=tmp_path)
+    precheck = Precheck(github=github, git=git, live=None, metrics=metrics, cache_dir=tmp_path)
     return PrecheckRuns(precheck, RunQueue(workers=1, max_queued=10), metrics, final_retry=final_retry)
 
 

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-# Each check module registers its checks when imported (`@check`); importing them all here is the registry.
-from bot.engine.checks import crds, graph, names, ownership, references, releases, substitution  # noqa: F401
-from bot.engine.checks.context import CHECKS, RUNNERS, CheckContext, CheckInfo
+from bot.engine.checks import crds, graph, names, ownership, references, releases, substitution
+from bot.engine.checks.context import Check, CheckContext
 from bot.engine.model import Finding
 
-__all__ = ["CHECKS", "CheckContext", "CheckInfo", "run_checks"]
+__all__ = ["RUNNERS", "CheckContext", "run_checks"]
+
+# Every check, in the order they run; each names its finding ids (`@check`, catalogued in bot/engine/findings.py).
+RUNNERS: tuple[Check, ...] = (
+    crds.api_availability,
+    graph.dependency_cycle,
+    graph.missing_dependency,
+    graph.graph_drift,
+    graph.tier_order_stale,
+    graph.health_check_deadlock,
+    names.invalid_name,
+    ownership.duplicate_object,
+    references.missing_provider,
+    releases.chart_objects,
+    substitution.literal_token,
+    substitution.undefined_variable,
+)
 
 
 def run_checks(ctx: CheckContext) -> list[Finding]:
-    """Run every registered check."""
+    """Run every check."""
     return [finding for runner in RUNNERS for finding in runner(ctx)]

@@ -1,4 +1,4 @@
-"""What every check reads (`CheckContext`) and how a check registers itself and its public ids."""
+"""What every check reads (`CheckContext`) and how a check names the public ids it reports."""
 
 from __future__ import annotations
 
@@ -106,29 +106,17 @@ class CheckContext:
 Check = Callable[[CheckContext], Iterable[Finding]]
 
 
-@dataclass(frozen=True)
-class CheckInfo:
-    """A public check id: its severity and when it fires."""
+def check(*ids: str) -> Callable[[Check], Check]:
+    """Name the public finding ids a check function reports (each in bot/engine/findings.py CATALOGUE).
 
-    id: str
-    severity: Severity
-    summary: str
+    Only a label: the registry is `bot.engine.checks.RUNNERS`, a tuple, not something importing fills.
+    """
 
-
-CHECKS: dict[str, CheckInfo] = {}
-RUNNERS: list[Check] = []
-
-
-def check(*ids: tuple[str, Severity, str]) -> Callable[[Check], Check]:
-    """Register a check function and the public ids (with severity and summary) it reports."""
-
-    def register(fn: Check) -> Check:
-        for id_, severity, summary in ids:
-            CHECKS[id_] = CheckInfo(id_, severity, summary)
-        RUNNERS.append(fn)
+    def label(fn: Check) -> Check:
+        fn.finding_ids = ids  # type: ignore[attr-defined]
         return fn
 
-    return register
+    return label
 
 
 def name_list(names: Iterable[str], limit: int = 4) -> str:

@@ -19,10 +19,10 @@ from bot.engine.providers import Provider, ProviderKind
 
 
 @check(
-    ("second-order-crd", Severity.ERROR, "an object's CRD is created at run time by a controller reconciling a CR in the same tier, or in a tier this one does not depend on"),
-    ("crd-not-ordered", Severity.ERROR, "an object's CRD (in git or from a chart) is applied by a tier this one does not depend on"),
-    ("dependency-not-waited", Severity.WARNING, "the tier this one relies on for a CRD/CR has neither wait: true nor a healthChecks entry covering it"),
-    ("unknown-kind", Severity.WARNING, "nobody known provides the kind"),
+    "second-order-crd",
+    "crd-not-ordered",
+    "dependency-not-waited",
+    "unknown-kind",
 )
 def api_availability(ctx: CheckContext) -> Iterator[Finding]:
     for tier_id in ctx.render.tiers:

@@ -14,7 +14,7 @@ from bot.engine.tree import CONFIG_FILE
 from bot.engine.tierorder import read_tier_order, stale_reasons
 
 
-@check(("dependency-cycle", Severity.ERROR, "dependsOn forms a cycle (the message shows the path)"))
+@check("dependency-cycle")
 def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
     for cycle in ctx.graph.cycles:
         yield Finding(
@@ -26,7 +26,7 @@ def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@check(("missing-dependency", Severity.ERROR, "dependsOn names a Kustomization the cluster does not have (info when a tier that failed to render may have created it)"))
+@check("missing-dependency")
 def missing_dependency(ctx: CheckContext) -> Iterator[Finding]:
     by_name: dict[str, list[TierId]] = {}
     for tid in ctx.graph.nodes:
@@ -85,7 +85,7 @@ def _failed_creators(ctx: CheckContext) -> list[TierId]:
     return out
 
 
-@check(("graph-drift", Severity.WARNING, "a tier two clusters both have differs in a way that breaks one: a dependsOn whose target both have, or wait/prune flipped"))
+@check("graph-drift")
 def graph_drift(ctx: CheckContext) -> Iterator[Finding]:
     here = ctx.render.cluster
     ignore = ctx.config.graph_drift_ignore
@@ -149,7 +149,7 @@ def graph_differences(a: TierGraph, b: TierGraph, a_name: str, b_name: str) -> I
             )
 
 
-@check(("tier-order-stale", Severity.WARNING, "the tier order list misses a tier or lists one before a tier it depends on"))
+@check("tier-order-stale")
 def tier_order_stale(ctx: CheckContext) -> Iterator[Finding]:
     setting = ctx.config.tier_order
     if setting is None:
@@ -187,7 +187,7 @@ def tier_order_stale(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@check(("health-check-deadlock", Severity.ERROR, "a tier's wait or healthChecks cover an object that only a tier depending on it applies (or a child Kustomization that dependsOn it): neither ever becomes Ready"))
+@check("health-check-deadlock")
 def health_check_deadlock(ctx: CheckContext) -> Iterator[Finding]:
     for tier, outcome in sorted(ctx.cold_start.tiers.items()):
         if outcome.reason != "deadlock":

@@ -52,7 +52,7 @@ def problem(value: str, rule: tuple[re.Pattern[str], int | None, str]) -> str | 
     return what
 
 
-@check(("invalid-name", Severity.ERROR, "an object's name or namespace is not a valid Kubernetes name (the API server refuses it)"))
+@check("invalid-name")
 def invalid_name(ctx: CheckContext) -> Iterator[Finding]:
     for tier_id in ctx.render.tiers:
         for gk, objects in sorted(ctx.facts[tier_id].kinds.items()):

@@ -15,7 +15,7 @@ from bot.engine.model import Finding, Severity, TierId
 _CASCADING_KINDS = frozenset({"Namespace", "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume"})
 
 
-@check(("duplicate-object", Severity.WARNING, "one object (group, kind, namespace, name) is applied by two Kustomizations on the same cluster (error when one of them prunes a Namespace, CRD, PVC or PV: a prune then deletes what the next reconcile cannot restore)"))
+@check("duplicate-object")
 def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
     # Every apply is a server-side apply with ForceOwnership that stamps the applier's owner labels
     # (kustomize-controller KustomizationReconciler.apply, SetOwnerLabels): the object changes hands

@@ -14,7 +14,7 @@ from bot.engine.model import Finding, Severity, TierId
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 
 
-@check(("missing-provider", Severity.WARNING, "an object names a cluster-scoped provider (StorageClass, ClusterIssuer, IngressClass, GatewayClass, PriorityClass, RuntimeClass, its Namespace) that git defines in a tier this one does not depend on"))
+@check("missing-provider")
 def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
     defined: dict[tuple[str, str], set[TierId]] = defaultdict(set)
     for tier_id in ctx.render.tiers:

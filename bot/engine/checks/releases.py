@@ -20,9 +20,9 @@ _FLUX_GROUP_SUFFIX = ".toolkit.fluxcd.io"
 
 
 @check(
-    ("chart-invalid-name", Severity.ERROR, "an object a chart renders has a name or namespace the API server refuses: helm-controller's install fails"),
-    ("chart-unknown-kind", Severity.WARNING, "a chart renders an object of a kind no CRD in git, no chart and no known operator provides: its install fails unless a controller adds it"),
-    ("chart-duplicate-object", Severity.WARNING, "one object is applied by a chart and by a Kustomization, or by two charts: they take it from each other on every reconcile"),
+    "chart-invalid-name",
+    "chart-unknown-kind",
+    "chart-duplicate-object",
 )
 def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
     releases = ctx.render.releases

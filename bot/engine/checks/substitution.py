@@ -98,7 +98,7 @@ def substitution_disabled(manifest: Manifest) -> bool:
     return manifest.labels.get(SUBSTITUTE_ANNOTATION) == "disabled" or manifest.annotations.get(SUBSTITUTE_ANNOTATION) == "disabled"
 
 
-@check(("literal-token", Severity.ERROR, "a ${…} ships literally: its tier has a postBuild that loads no variable, or none while the cluster substitutes that variable elsewhere or the token is in a name or label (info otherwise)"))
+@check("literal-token")
 def literal_token(ctx: CheckContext) -> Iterator[Finding]:
     known: dict[str, list[TierId]] | None = None
     for tier_id, tier in ctx.render.tiers.items():
@@ -164,7 +164,7 @@ def _literal_verdict(tier: RenderedTier, tokens: list[tuple[str, str]], known: M
     )
 
 
-@check(("undefined-variable", Severity.ERROR, "a variable without default is not defined for this cluster (it would become \"\")"))
+@check("undefined-variable")
 def undefined_variable(ctx: CheckContext) -> Iterator[Finding]:
     cluster = ctx.render.cluster
     for tier_id, tier in ctx.render.tiers.items():
