@@ -304,7 +304,9 @@ class Simulation:
         kind = self._bootstrap_kind(gk)
         if kind is None:
             return None
-        return next((e for e in self.bootstrap.entries if e.kind == kind), None) or BootstrapEntry(kind, "", "the bootstrap")
+        source = self.bootstrap.credited(gk.group, gk.kind)
+        entries = [e for e in self.bootstrap.entries if e.kind == kind]
+        return next((e for e in entries if e.source == source), None) or next(iter(entries), None) or BootstrapEntry(kind, "", "the bootstrap")
 
     def _bootstrap_kind(self, gk: GroupKind) -> str | None:
         if gk not in self._bootstrapped:
@@ -318,6 +320,8 @@ class Simulation:
             return "release" if any(ns == namespace for ns, _ in b.releases) else None
         if (gk.group, gk.kind) in b.crds:
             return "declared"
+        if b.credited(gk.group, gk.kind) is not None:
+            return "crd-release"
         for p in self.resolve(gk):
             if p.kind == ProviderKind.CHART and p.via is not None:
                 key = (p.via.namespace, p.via.name)
