@@ -72,6 +72,9 @@ class ColdStart:
 
     tiers: Mapping[TierId, TierOutcome] = field(default_factory=dict)
     rounds: int = 0
+    # Kinds applied that nobody known provides (not built in, no CRD, chart or bootstrap): their tiers'
+    # applies were not judged on them, so the timeline is only as good as that assumption.
+    unjudged: tuple[GroupKind, ...] = ()
 
     @property
     def converges(self) -> bool:
@@ -88,6 +91,7 @@ class ColdStart:
         return {
             "converges": self.converges,
             "rounds": self.rounds,
+            "unjudged": [str(gk) for gk in self.unjudged],
             "tiers": {str(t): o.to_json() for t, o in sorted(self.tiers.items())},
         }
 
@@ -114,6 +118,9 @@ class ColdStart:
         held = [t.name for t, o in sorted(self.tiers.items()) if o.ready_round is None and o.reason == "suspended"]
         if held:
             parts.append(f"suspended (or behind one): {_names(held, limit)}")
+        if self.unjudged:
+            kinds = [gk.kind for gk in self.unjudged]
+            parts.append(f"not judged: {len(kinds)} kind{'s' if len(kinds) != 1 else ''} nobody known provides, taken as served ({_names(kinds, limit)})")
         return " · ".join(parts)
 
 
@@ -196,6 +203,7 @@ class Simulation:
         self._where: dict[GroupKind, dict[tuple[str, str], tuple[TierId, ...]]] = {}
         self._bootstrapped: dict[GroupKind, str | None] = {}
         self._namespaces: dict[str, list[TierId]] = {}  # Namespace name → the tiers that define it
+        self._unjudged: set[GroupKind] = set()
         # The entry's namespace holds Flux itself: it exists before the first reconcile.
         self._always_there = ALWAYS_THERE | {t.namespace for t, s in graph.specs.items() if s.defined_in is None}
         for tid in sorted(graph.specs):
@@ -254,6 +262,8 @@ class Simulation:
             if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers):
                 continue
             if not any(p.tier in self.graph.specs for p in providers):
+                if self._bootstrap_kind(gk) is None:
+                    self._unjudged.add(gk)
                 continue  # nobody in this cluster provides it: not judged here (unknown-kind says so)
             needs[stage].append(gk)
         # A namespaced object whose Namespace another tier defines fails its dry-run ("namespaces … not
@@ -546,7 +556,7 @@ class Simulation:
                 # Never Ready: no delay to speak of; its failed attempts are those of the simulated rounds.
                 outcomes[tid] = TierOutcome(NEVER, len(tier.failures), 0, chain, tuple(dict.fromkeys(gk for _, kinds in tier.failures for gk in kinds)), reason)
         last = max((o.ready_round for o in outcomes.values() if o.ready_round is not None), default=0)
-        return ColdStart(outcomes, last)
+        return ColdStart(outcomes, last, tuple(sorted(self._unjudged)))
 
     def _chain(self, tid: TierId, memo: dict[TierId, tuple[str, str]], seen: set[TierId]) -> tuple[str, str]:
         """Why `tid` never becomes Ready: (reason, `a waits for X ← created by … ← …`)."""
