@@ -80,6 +80,11 @@ _HELMFILE_NAME = re.compile(r"^helmfile[^/]*\.(ya?ml|gotmpl)$")
 _HELMFILE_DIRS = ("helmfile.d", "helmfile")
 _YAML_SUFFIXES = (".yaml", ".yml", ".gotmpl")
 _K3S = re.compile(r"(^|[-_.])(k3s|rke2)([-_.]|$)")  # RKE2 embeds the same helm-controller
+# machine.features.kubernetesTalosAPIAccess.enabled (or the KubernetesTalosAPIAccessConfig document of Talos
+# 1.12+ multi-document configs): Talos registers serviceaccounts.talos.dev itself
+# (https://www.talos.dev/latest/advanced/talos-api-access-from-k8s/).
+_TALOS_API_ACCESS = re.compile(r"kubernetesTalosAPIAccess:(?:[ \t]*\n[ \t]+\S[^\n]*)*?\n[ \t]+enabled:[ \t]*true\b|kind:[ \t]*KubernetesTalosAPIAccessConfig\b")
+TALOS_SERVICE_ACCOUNT = ("talos.dev", "ServiceAccount")
 K3S_CRDS = frozenset({("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig")})
 _MAX_WALKED = 50_000  # repository paths looked at (names only; a few files are read)
 _MAX_BASES = 8  # `bases:` followed this deep
@@ -601,13 +606,19 @@ def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[
     if k3s is not None:
         found.crds.update(K3S_CRDS)
         found.add("crds", k3s, f"k3s/RKE2 (seen in {k3s}): its built-in helm.cattle.io HelmChart and HelmChartConfig APIs exist")
+    api_access = None
     for path in paths:
         if not path.endswith((".yaml", ".yml", ".gotmpl")) or not ("talos" in path.lower() or posixpath.basename(path).startswith("talconfig")):
             continue
         text = snapshot.read_text(path) or ""
+        if api_access is None and _TALOS_API_ACCESS.search(text):
+            api_access = path
         if "inlineManifests" not in text and "extraManifests" not in text:
             continue
         _talos(path, text, in_git, knowledge, found)
+    if api_access is not None:
+        found.crds.add(TALOS_SERVICE_ACCOUNT)
+        found.add("crds", api_access, f"Talos API access from Kubernetes (enabled in {api_access}): Talos serves the ServiceAccount.talos.dev CRD")
 
 
 def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:

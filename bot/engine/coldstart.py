@@ -315,7 +315,8 @@ class Simulation:
         if kind is None:
             return None
         source = self.bootstrap.credited(gk.group, gk.kind)
-        entries = [e for e in self.bootstrap.entries if e.kind == kind]
+        # A CRD in `crds` is declared in .fluxwarden.yaml or seen by discovery (k3s, Talos, CRD bundles).
+        entries = [e for e in self.bootstrap.entries if e.kind == kind] or ([e for e in self.bootstrap.entries if e.kind == "crds"] if kind == "declared" else [])
         return next((e for e in entries if e.source == source), None) or next(iter(entries), None) or BootstrapEntry(kind, "", "the bootstrap")
 
     def _bootstrap_kind(self, gk: GroupKind) -> str | None:

@@ -577,3 +577,29 @@ def test_names_group() -> None:
     assert names_group("oci://ghcr.io/x/charts/silence-operator", "silence.example.com")
     assert not names_group("home", "kopiur.home-operations.com")
     assert not names_group("io", "external-secrets.io")
+
+
+def test_talos_api_access_serves_talos_service_accounts(tmp_path: Path) -> None:
+    """mirceanton/home-ops: a Talos patch enables kubernetesTalosAPIAccess; Talos then serves
+    serviceaccounts.talos.dev, so the repository's talos.dev ServiceAccounts are no unknown kind."""
+    patch = """---
+machine:
+  features:
+    rbac: true
+    kubernetesTalosAPIAccess:
+      allowedRoles: ["os:admin"]
+      enabled: true
+"""
+    root = repo(tmp_path, {
+        "talos/patches/talos-api-access.yaml": patch,
+        "apps/cm.yaml": dump(obj("talos.dev/v1alpha1", "ServiceAccount", "etcd-defrag", "default", spec={"roles": ["os:admin"]})),
+    })
+    found = discover(root)
+    assert ("talos.dev", "ServiceAccount") in found.crds
+    assert any("Talos API access from Kubernetes (enabled in talos/patches/talos-api-access.yaml)" in d for d in descriptions(found))
+    report = check_repository(root, "dev")
+    unknown = [f for f in report.findings if f.check == "unknown-kind"]
+    assert [f.severity for f in unknown] == [Severity.INFO], [f.message for f in unknown]
+    assert "Talos API access" in unknown[0].message
+    disabled = repo(tmp_path / "off", {"talos/patches/talos-api-access.yaml": patch.replace("enabled: true", "enabled: false")})
+    assert ("talos.dev", "ServiceAccount") not in discover(disabled).crds

@@ -1060,8 +1060,20 @@ HR_HEALTH = lambda name, ns="default": [{"apiVersion": "helm.toolkit.fluxcd.io/v
 UNKNOWN_GRAPH_CASES = [
     pytest.param(
         two_tiers(oci_release("kopiur"), [RESTORE], b_depends=["a"], a_spec={"healthChecks": HR_HEALTH("kopiur")}),
-        {("unknown-kind", "b", Severity.INFO)}, "assumed served: dependsOn flux-system/a → HelmRelease default/kopiur, chart kopiur not known",
+        {("unknown-kind", "b", Severity.INFO)}, "assumed served: dependsOn flux-system/a → HelmRelease default/kopiur (named for kopiur.home-operations.com), chart kopiur not known",
         id="waited-helmrelease-of-unknown-chart",
+    ),
+    pytest.param(
+        # mirceanton/home-ops: hostzero's keycloak-operator chart shares its name with keycloak.org's (known, other group).
+        two_tiers(oci_release("keycloak-operator"), [obj("keycloak.hostzero.com/v1beta1", "KeycloakClient", "c", "default", spec={})], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.INFO)}, "chart keycloak-operator (its namesake in the knowledge base does not ship it)",
+        id="named-release-whose-known-namesake-is-another-chart",
+    ),
+    pytest.param(
+        # A waited application chart (bjw-s app-template) not named for the group proves nothing.
+        two_tiers(oci_release("app-template") , [RESTORE], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.WARNING)}, "no dependency of this tier proves it served",
+        id="neg-generic-application-chart-proves-nothing",
     ),
     pytest.param(
         two_tiers(oci_release("kopiur"), [RESTORE], b_depends=["a"], a_wait=True),

@@ -117,12 +117,18 @@ def _oci_urls(ctx: CheckContext) -> dict[tuple[str, str], str]:
     return {key: url for facts in ctx.facts.values() for key, url in facts.oci_urls.items()}
 
 
+# Application charts that template workloads from values and never ship CRDs of their own (bjw-s app-template):
+# waiting for one proves nothing about a kind.
+_GENERIC_CHARTS = frozenset({"app-template"})
+
+
 def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
     """What in `tier`'s dependencies proves `gk` served before it applies, in words (None: nothing does).
 
     A dependency is Ready only once its apply and its health checks passed (kustomize-controller
     checkHealth), so it proves the CRD exists when it health-checks that CRD, applies objects of the kind
-    itself, or waits for a HelmRelease whose chart we cannot read (the likeliest provider first).
+    itself, or waits for a HelmRelease whose chart we cannot read: one named for the kind's API group at any
+    depth, else one a direct dependency waits for (an application chart proves nothing).
     """
     dependencies = sorted(ctx.graph.ancestors(tier))
     direct = set(ctx.graph.deps.get(tier, ()))
@@ -133,10 +139,8 @@ def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
         for h in spec.health_checks if spec else ():
             if h.kind == "CustomResourceDefinition" and h.name.split(".", 1)[-1] == gk.group and h.name.split(".", 1)[0].startswith(gk.kind.lower()):
                 return f"{how(dep)} → healthChecks CustomResourceDefinition/{h.name}"
-    for dep in dependencies:
-        if gk in ctx.facts.get(dep, TierFacts()).kinds:
-            return f"{how(dep)}, which applies {gk.kind} objects itself (it cannot be Ready without the CRD)"
-    waited: list[tuple[bool, TierId, ObjectRef, str]] = []
+    named: list[tuple[TierId, ObjectRef, str]] = []
+    unnamed: list[tuple[TierId, ObjectRef, str]] = []
     for dep in dependencies:
         spec = ctx.graph.specs.get(dep)
         if spec is None:
@@ -148,12 +152,24 @@ def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
             release = ctx.render.releases.get(ref)
             if release is not None and release.rendered:
                 continue  # its chart was read: what it installs is known exactly
-            chart = chart_name(manifest, _oci_urls(ctx))
-            if chart and ctx.providers.knowledge.chart_rule(chart) is not None:
-                continue
-            waited.append((not _names_group(ctx, manifest, gk.group), dep, ref, chart or "?"))
-    if waited:
-        _, dep, ref, chart = min(waited)
+            chart = chart_name(manifest, _oci_urls(ctx)) or "?"
+            rule = ctx.providers.knowledge.chart_rule(chart)
+            if _names_group(ctx, manifest, gk.group):
+                # Named for the group, even when a known chart shares its name (hostzero's keycloak-operator
+                # is not keycloak.org's): the knowledge base's rule does not cover this kind.
+                if rule is None or not rule.provides(gk):
+                    named.append((dep, ref, chart if rule is None else f"{chart} (its namesake in the knowledge base does not ship it)"))
+            elif rule is None and dep in direct and chart not in _GENERIC_CHARTS:
+                unnamed.append((dep, ref, chart))
+    if named:
+        dep, ref, chart = named[0]
+        known = "" if "namesake" in chart else " not known"
+        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name} (named for {gk.group}), chart {chart}{known}"
+    for dep in dependencies:
+        if gk in ctx.facts.get(dep, TierFacts()).kinds:
+            return f"{how(dep)}, which applies {gk.kind} objects itself (it cannot be Ready without the CRD)"
+    if unnamed:
+        dep, ref, chart = unnamed[0]
         return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name}, chart {chart} not known"
     return None
 
