@@ -49,13 +49,20 @@ class Bootstrap:
     crds: frozenset[tuple[str, str]] = frozenset()
     # repo paths applied before Flux (`bootstrap.manifests`): every object they hold exists
     manifests: tuple[str, ...] = ()
+    # (group, kind, helmfile) of kinds in the render whose API group names a bootstrap release or its chart,
+    # when no chart the knowledge base knows says which CRDs it ships (kopiur → kopiur.home-operations.com)
+    group_credits: frozenset[tuple[str, str, str]] = frozenset()
     # tiers a script applies and waits for, in this order, before Flux takes over (the seed's standup.sh)
     tier_order: tuple[TierId, ...] = ()
     entries: tuple[BootstrapEntry, ...] = field(default=())
 
     @property
     def empty(self) -> bool:
-        return not (self.releases or self.crd_releases or self.crd_charts or self.crds or self.manifests or self.tier_order)
+        return not (self.releases or self.crd_releases or self.crd_charts or self.crds or self.manifests or self.tier_order or self.group_credits)
+
+    def credited(self, group: str, kind: str) -> str | None:
+        """The helmfile whose release (named for `group`) is credited with the kind's CRD, if one is."""
+        return next((source for g, k, source in sorted(self.group_credits) if (g, k) == (group, kind)), None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,6 +80,11 @@ _HELMFILE_NAME = re.compile(r"^helmfile[^/]*\.(ya?ml|gotmpl)$")
 _HELMFILE_DIRS = ("helmfile.d", "helmfile")
 _YAML_SUFFIXES = (".yaml", ".yml", ".gotmpl")
 _K3S = re.compile(r"(^|[-_.])(k3s|rke2)([-_.]|$)")  # RKE2 embeds the same helm-controller
+# machine.features.kubernetesTalosAPIAccess.enabled (or the KubernetesTalosAPIAccessConfig document of Talos
+# 1.12+ multi-document configs): Talos registers serviceaccounts.talos.dev itself
+# (https://www.talos.dev/latest/advanced/talos-api-access-from-k8s/).
+_TALOS_API_ACCESS = re.compile(r"kubernetesTalosAPIAccess:(?:[ \t]*\n[ \t]+\S[^\n]*)*?\n[ \t]+enabled:[ \t]*true\b|kind:[ \t]*KubernetesTalosAPIAccessConfig\b")
+TALOS_SERVICE_ACCOUNT = ("talos.dev", "ServiceAccount")
 K3S_CRDS = frozenset({("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig")})
 _MAX_WALKED = 50_000  # repository paths looked at (names only; a few files are read)
 _MAX_BASES = 8  # `bases:` followed this deep
@@ -129,12 +141,14 @@ def discover_bootstrap(
         facts = facts_of_render(render, knowledge)
     in_git = _helm_releases(facts)
     found = _Found()
+    # Kinds no known chart or CRD in git provides: a bootstrap release named for their API group may.
+    unclaimed = _unclaimed_kinds(facts, knowledge)
     others = [path for name, path in known_clusters(config, snapshot).items() if name != render.cluster and path != render.entry]
     paths = [p for p in _walk(snapshot) if not _nearer_another_cluster(p, render.entry, others)]
     helmfile_paths = [p for p in paths if _is_helmfile(p)]
     runs = _script_runs(snapshot, paths, helmfile_paths)
     for path in sorted({*helmfile_paths, *(r.helmfile for r in runs)}):
-        _read_helmfile(snapshot, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found)
+        _read_helmfile(snapshot, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found, unclaimed)
     _script_applies(snapshot, paths, knowledge, found)
     _distribution(snapshot, paths, in_git, knowledge, found)
     _tier_order(snapshot, config, render, found)
@@ -147,6 +161,7 @@ def discover_bootstrap(
         manifests=tuple(dict.fromkeys(found.manifests)),
         tier_order=found.tier_order,
         entries=tuple(found.entries),
+        group_credits=frozenset(found.group_credits),
     )
 
 
@@ -172,6 +187,7 @@ class _Found:
     manifests: list[str] = field(default_factory=list)
     tier_order: tuple[TierId, ...] = ()
     entries: list[BootstrapEntry] = field(default_factory=list)
+    group_credits: set[tuple[str, str, str]] = field(default_factory=set)
 
     def add(self, kind: str, source: str, description: str) -> None:
         self.entries.append(BootstrapEntry(kind, source, description))
@@ -462,6 +478,7 @@ def _read_helmfile(
     in_git: frozenset[tuple[str, str]],
     knowledge: KnowledgeBase,
     found: _Found,
+    unclaimed: frozenset[tuple[str, str]] = frozenset(),
 ) -> None:
     """Count one helmfile's releases as the scripts that run it (or its own flags) say.
 
@@ -512,6 +529,14 @@ def _read_helmfile(
     else:
         summary = f"{_plural(len(names), 'release')} from {path} ({_short(names)}) installed with their CRDs before Flux"
     notes = [how]
+    credited = sorted(
+        (group, kind) for group, kind in unclaimed
+        if any(names_group(name, group) for r in helmfile.releases for name in (r.name, r.chart or "") if knowledge.chart_rule(name) is None)
+    )
+    if credited:
+        found.group_credits.update((group, kind, path) for group, kind in credited)
+        kinds = [f"{kind}.{group}" for group, kind in credited]
+        notes.append(f"credited by API group (chart not known): {_short(kinds)}")
     if unmatched:
         notes.append(f"no HelmRelease in git for {_short(unmatched)}: only the chart's CRDs are counted" if not crds_only else f"no HelmRelease in git for {_short(unmatched)}: counted by chart")
     if unknown:
@@ -527,6 +552,32 @@ def _read_helmfile(
         if helmfile.hook_manifests:
             found.manifests.extend(helmfile.hook_manifests)
             found.add("manifests", path, f"applied by release hooks in {path} before Flux: {_short(helmfile.hook_manifests)}")
+
+
+_GROUP_SUFFIXES = ("-operator", "-controller", "-crds", "-crd")
+_GENERIC_LABELS = frozenset({"io", "com", "org", "dev", "net", "k8s", "x-k8s", "cloud", "app", "apps", "sh"})
+
+
+def names_group(name: str, group: str) -> bool:
+    """Whether a release or chart name names an API group: `kopiur` names kopiur.home-operations.com,
+    `litellm-operator` names litellm.home-operations.com, `external-secrets` names external-secrets.io."""
+    name = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    candidates = {name} | {name[: -len(s)] for s in _GROUP_SUFFIXES if name.endswith(s)}
+    labels = [label for label in group.lower().split(".") if label not in _GENERIC_LABELS]
+    return any(len(c) >= 3 and (c in labels or c.replace("-", "") in labels) for c in candidates)
+
+
+def _unclaimed_kinds(facts: Mapping[TierId, TierFacts], knowledge: KnowledgeBase) -> frozenset[tuple[str, str]]:
+    """(group, kind) the render uses that are not built in, not Flux's, not defined by a CRD in git and not
+    shipped by a chart the knowledge base knows: the kinds a bootstrap release may be credited with by name."""
+    defined = {gk for tier_facts in facts.values() for gk, _ in tier_facts.crds}
+    rules = list(knowledge.charts.values())
+    return frozenset(
+        (gk.group, gk.kind)
+        for gk in {gk for tier_facts in facts.values() for gk in tier_facts.kinds}
+        if gk.group and not knowledge.is_builtin(gk) and not knowledge.is_preinstalled(gk) and gk not in defined
+        and not any(rule.provides(gk) for rule in rules)
+    )
 
 
 def _chart_of(release: HelmfileRelease, knowledge: KnowledgeBase) -> str | None:
@@ -555,13 +606,19 @@ def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[
     if k3s is not None:
         found.crds.update(K3S_CRDS)
         found.add("crds", k3s, f"k3s/RKE2 (seen in {k3s}): its built-in helm.cattle.io HelmChart and HelmChartConfig APIs exist")
+    api_access = None
     for path in paths:
         if not path.endswith((".yaml", ".yml", ".gotmpl")) or not ("talos" in path.lower() or posixpath.basename(path).startswith("talconfig")):
             continue
         text = snapshot.read_text(path) or ""
+        if api_access is None and _TALOS_API_ACCESS.search(text):
+            api_access = path
         if "inlineManifests" not in text and "extraManifests" not in text:
             continue
         _talos(path, text, in_git, knowledge, found)
+    if api_access is not None:
+        found.crds.add(TALOS_SERVICE_ACCOUNT)
+        found.add("crds", api_access, f"Talos API access from Kubernetes (enabled in {api_access}): Talos serves the ServiceAccount.talos.dev CRD")
 
 
 def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:

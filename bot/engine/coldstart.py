@@ -72,6 +72,9 @@ class ColdStart:
 
     tiers: Mapping[TierId, TierOutcome] = field(default_factory=dict)
     rounds: int = 0
+    # Kinds applied that nobody known provides (not built in, no CRD, chart or bootstrap): their tiers'
+    # applies were not judged on them, so the timeline is only as good as that assumption.
+    unjudged: tuple[GroupKind, ...] = ()
 
     @property
     def converges(self) -> bool:
@@ -88,6 +91,7 @@ class ColdStart:
         return {
             "converges": self.converges,
             "rounds": self.rounds,
+            "unjudged": [str(gk) for gk in self.unjudged],
             "tiers": {str(t): o.to_json() for t, o in sorted(self.tiers.items())},
         }
 
@@ -114,6 +118,9 @@ class ColdStart:
         held = [t.name for t, o in sorted(self.tiers.items()) if o.ready_round is None and o.reason == "suspended"]
         if held:
             parts.append(f"suspended (or behind one): {_names(held, limit)}")
+        if self.unjudged:
+            kinds = [gk.kind for gk in self.unjudged]
+            parts.append(f"not judged: {len(kinds)} kind{'s' if len(kinds) != 1 else ''} nobody known provides, taken as served ({_names(kinds, limit)})")
         return " · ".join(parts)
 
 
@@ -196,6 +203,7 @@ class Simulation:
         self._where: dict[GroupKind, dict[tuple[str, str], tuple[TierId, ...]]] = {}
         self._bootstrapped: dict[GroupKind, str | None] = {}
         self._namespaces: dict[str, list[TierId]] = {}  # Namespace name → the tiers that define it
+        self._unjudged: set[GroupKind] = set()
         # The entry's namespace holds Flux itself: it exists before the first reconcile.
         self._always_there = ALWAYS_THERE | {t.namespace for t, s in graph.specs.items() if s.defined_in is None}
         for tid in sorted(graph.specs):
@@ -254,6 +262,8 @@ class Simulation:
             if any(p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers):
                 continue
             if not any(p.tier in self.graph.specs for p in providers):
+                if self._bootstrap_kind(gk) is None:
+                    self._unjudged.add(gk)
                 continue  # nobody in this cluster provides it: not judged here (unknown-kind says so)
             needs[stage].append(gk)
         # A namespaced object whose Namespace another tier defines fails its dry-run ("namespaces … not
@@ -304,7 +314,10 @@ class Simulation:
         kind = self._bootstrap_kind(gk)
         if kind is None:
             return None
-        return next((e for e in self.bootstrap.entries if e.kind == kind), None) or BootstrapEntry(kind, "", "the bootstrap")
+        source = self.bootstrap.credited(gk.group, gk.kind)
+        # A CRD in `crds` is declared in .fluxwarden.yaml or seen by discovery (k3s, Talos, CRD bundles).
+        entries = [e for e in self.bootstrap.entries if e.kind == kind] or ([e for e in self.bootstrap.entries if e.kind == "crds"] if kind == "declared" else [])
+        return next((e for e in entries if e.source == source), None) or next(iter(entries), None) or BootstrapEntry(kind, "", "the bootstrap")
 
     def _bootstrap_kind(self, gk: GroupKind) -> str | None:
         if gk not in self._bootstrapped:
@@ -318,6 +331,8 @@ class Simulation:
             return "release" if any(ns == namespace for ns, _ in b.releases) else None
         if (gk.group, gk.kind) in b.crds:
             return "declared"
+        if b.credited(gk.group, gk.kind) is not None:
+            return "crd-release"
         for p in self.resolve(gk):
             if p.kind == ProviderKind.CHART and p.via is not None:
                 key = (p.via.namespace, p.via.name)
@@ -542,7 +557,7 @@ class Simulation:
                 # Never Ready: no delay to speak of; its failed attempts are those of the simulated rounds.
                 outcomes[tid] = TierOutcome(NEVER, len(tier.failures), 0, chain, tuple(dict.fromkeys(gk for _, kinds in tier.failures for gk in kinds)), reason)
         last = max((o.ready_round for o in outcomes.values() if o.ready_round is not None), default=0)
-        return ColdStart(outcomes, last)
+        return ColdStart(outcomes, last, tuple(sorted(self._unjudged)))
 
     def _chain(self, tid: TierId, memo: dict[TierId, tuple[str, str]], seen: set[TierId]) -> tuple[str, str]:
         """Why `tid` never becomes Ready: (reason, `a waits for X ← created by … ← …`)."""

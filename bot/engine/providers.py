@@ -69,7 +69,7 @@ class ProviderIndex:
                     for defined, _ in release.crds:
                         self._released[defined].append(Provider(ProviderKind.CHART, tier, manifest.ref, described))
                     continue
-                chart = _chart_name(manifest, oci_urls)
+                chart = chart_name(manifest, oci_urls)
                 rule = knowledge.chart_rule(chart) if chart else None
                 if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
                     self._charts.append((tier, manifest.ref, rule))
@@ -120,7 +120,7 @@ class ProviderIndex:
         return found
 
 
-def _chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> str | None:
+def chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> str | None:
     """The chart a HelmRelease installs: `spec.chart.spec.chart`, or the last segment of its chartRef's OCI URL."""
     spec = manifest.body.get("spec") or {}
     chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart")

@@ -532,3 +532,74 @@ def test_odd_helmfiles_never_crash(tmp_path: Path, text: str) -> None:
     root = repo(tmp_path, {"bootstrap/helmfile.yaml": text, "bootstrap/run.sh": "helmfile -f bootstrap/helmfile.yaml sync\n"})
     found = discover(root)
     assert found.crds == frozenset() and found.manifests == ()
+
+
+def test_crd_only_release_credited_by_api_group(tmp_path: Path) -> None:
+    """bjw-s-labs/home-ops: kopiur is a CRD-only bootstrap release whose chart the knowledge base does not
+    know; its kinds (kopiur.home-operations.com) exist before Flux. The info line lists them, and the kinds
+    are not warned about; a kind no release names stays a warning."""
+    crds = """
+        helmDefaults:
+          args: [--include-crds, --no-hooks]
+        releases:
+          - name: kopiur
+            namespace: system
+            chart: oci://ghcr.io/home-operations/charts/kopiur
+    """
+    root = repo(tmp_path, {
+        "bootstrap/helmfile/crds.yaml": crds,
+        "apps/cm.yaml": dump(
+            obj("v1", "ConfigMap", "c", "default"),
+            obj("kopiur.home-operations.com/v1alpha1", "Restore", "paperless", "default", spec={}),
+            obj("kopiur.home-operations.com/v1alpha1", "SnapshotPolicy", "paperless", "default", spec={}),
+            obj("other.example.com/v1", "Gadget", "g", "default", spec={}),
+        ),
+    })
+    found = discover(root)
+    assert found.credited("kopiur.home-operations.com", "Restore") == "bootstrap/helmfile/crds.yaml"
+    assert found.credited("other.example.com", "Gadget") is None
+    entry = next(e for e in found.entries if e.kind == "crd-release")
+    assert "credited by API group (chart not known): Restore.kopiur.home-operations.com, SnapshotPolicy.kopiur.home-operations.com" in entry.description
+    report = check_repository(root, "dev")
+    unknown = {(f.object.kind, f.severity) for f in report.findings if f.check == "unknown-kind"}
+    assert unknown == {("Restore", Severity.INFO), ("SnapshotPolicy", Severity.INFO), ("Gadget", Severity.WARNING)}
+    gadget = next(f for f in report.findings if f.check == "unknown-kind" and f.object.kind == "Gadget")
+    # The cluster has a bootstrap: the hint offers its declaration.
+    assert "declare it under bootstrap: crds: [other.example.com/Gadget]" in gadget.message
+
+
+def test_names_group() -> None:
+    from bot.engine.bootstrap import names_group
+
+    assert names_group("kopiur", "kopiur.home-operations.com")
+    assert names_group("litellm-operator", "litellm.home-operations.com")
+    assert names_group("external-secrets", "external-secrets.io")
+    assert names_group("oci://ghcr.io/x/charts/silence-operator", "silence.example.com")
+    assert not names_group("home", "kopiur.home-operations.com")
+    assert not names_group("io", "external-secrets.io")
+
+
+def test_talos_api_access_serves_talos_service_accounts(tmp_path: Path) -> None:
+    """mirceanton/home-ops: a Talos patch enables kubernetesTalosAPIAccess; Talos then serves
+    serviceaccounts.talos.dev, so the repository's talos.dev ServiceAccounts are no unknown kind."""
+    patch = """---
+machine:
+  features:
+    rbac: true
+    kubernetesTalosAPIAccess:
+      allowedRoles: ["os:admin"]
+      enabled: true
+"""
+    root = repo(tmp_path, {
+        "talos/patches/talos-api-access.yaml": patch,
+        "apps/cm.yaml": dump(obj("talos.dev/v1alpha1", "ServiceAccount", "etcd-defrag", "default", spec={"roles": ["os:admin"]})),
+    })
+    found = discover(root)
+    assert ("talos.dev", "ServiceAccount") in found.crds
+    assert any("Talos API access from Kubernetes (enabled in talos/patches/talos-api-access.yaml)" in d for d in descriptions(found))
+    report = check_repository(root, "dev")
+    unknown = [f for f in report.findings if f.check == "unknown-kind"]
+    assert [f.severity for f in unknown] == [Severity.INFO], [f.message for f in unknown]
+    assert "Talos API access" in unknown[0].message
+    disabled = repo(tmp_path / "off", {"talos/patches/talos-api-access.yaml": patch.replace("enabled: true", "enabled: false")})
+    assert ("talos.dev", "ServiceAccount") not in discover(disabled).crds

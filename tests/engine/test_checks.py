@@ -1038,3 +1038,98 @@ def test_a_kustomization_with_a_hostile_name_is_an_invalid_name(tmp_path):
     [finding] = [f for f in report.findings if f.check == "invalid-name"]
     assert finding.object.kind == "Kustomization" and finding.object.name == HOSTILE
     assert "\\n\\n<!-- fluxwarden:precheck:prod -->" in finding.message  # shown escaped, on one line
+
+
+# --------------------------------------------------------------------------------------------
+# unknown-kind: judged by the graph (shaped like bjw-s-labs/home-ops: an operator HelmRelease whose chart
+# we cannot read, health-checked by its tier, and apps that dependsOn that tier)
+
+RESTORE = obj("kopiur.home-operations.com/v1alpha1", "Restore", "paperless", "default", spec={})
+
+
+def oci_release(name: str, namespace: str = "default", url: str | None = None) -> list[dict[str, Any]]:
+    """A HelmRelease on an OCIRepository chartRef (the chart is not in the knowledge base)."""
+    return [
+        obj("source.toolkit.fluxcd.io/v1", "OCIRepository", name, namespace, spec={"interval": "1h", "url": url or f"oci://ghcr.io/example/charts/{name}", "ref": {"tag": "1.0.0"}}),
+        obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, namespace, spec={"interval": "1h", "chartRef": {"kind": "OCIRepository", "name": name}}),
+    ]
+
+
+HR_HEALTH = lambda name, ns="default": [{"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "name": name, "namespace": ns}]  # noqa: E731
+
+UNKNOWN_GRAPH_CASES = [
+    pytest.param(
+        two_tiers(oci_release("kopiur"), [RESTORE], b_depends=["a"], a_spec={"healthChecks": HR_HEALTH("kopiur")}),
+        {("unknown-kind", "b", Severity.INFO)}, "assumed served: dependsOn flux-system/a → HelmRelease default/kopiur (named for kopiur.home-operations.com), chart kopiur not known",
+        id="waited-helmrelease-of-unknown-chart",
+    ),
+    pytest.param(
+        # mirceanton/home-ops: hostzero's keycloak-operator chart shares its name with keycloak.org's (known, other group).
+        two_tiers(oci_release("keycloak-operator"), [obj("keycloak.hostzero.com/v1beta1", "KeycloakClient", "c", "default", spec={})], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.INFO)}, "chart keycloak-operator (its namesake in the knowledge base does not ship it)",
+        id="named-release-whose-known-namesake-is-another-chart",
+    ),
+    pytest.param(
+        # A waited application chart (bjw-s app-template) not named for the group proves nothing.
+        two_tiers(oci_release("app-template") , [RESTORE], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.WARNING)}, "no dependency of this tier proves it served",
+        id="neg-generic-application-chart-proves-nothing",
+    ),
+    pytest.param(
+        two_tiers(oci_release("kopiur"), [RESTORE], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.INFO)}, "HelmRelease default/kopiur",
+        id="wait-true-covers-the-helmrelease",
+    ),
+    pytest.param(
+        two_tiers([cm("a")], [RESTORE], b_depends=["a"], a_spec={"healthChecks": [{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "restores.kopiur.home-operations.com"}]}),
+        {("unknown-kind", "b", Severity.INFO)}, "healthChecks CustomResourceDefinition/restores.kopiur.home-operations.com",
+        id="dependency-health-checks-the-crd",
+    ),
+    pytest.param(
+        two_tiers([obj("kopiur.home-operations.com/v1alpha1", "Restore", "other", "default", spec={})], [RESTORE], b_depends=["a"]),
+        {("unknown-kind", "b", Severity.INFO), ("unknown-kind", "a", Severity.WARNING)}, "which applies Restore objects itself",
+        id="dependency-applies-the-kind-itself",
+    ),
+    pytest.param(
+        # Not waited: the HelmRelease proves nothing; the hint names the tier whose release is named for the group.
+        two_tiers(oci_release("kopiur"), [RESTORE]),
+        {("unknown-kind", "b", Severity.WARNING)}, "Add dependsOn: flux-system/a (its HelmRelease is named for kopiur.home-operations.com",
+        id="neg-no-dependency-hint-names-likely-provider",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, expected, needle", UNKNOWN_GRAPH_CASES)
+def test_unknown_kind_judged_by_the_graph(tmp_path, files, expected, needle):
+    report = run(tmp_path, files)
+    assert severities(report, "unknown-kind") == expected, [(f.check, str(f.kustomization), f.message) for f in report.findings]
+    assert any(needle in m for m in messages(report, "unknown-kind")), messages(report, "unknown-kind")
+
+
+def test_unknown_kind_is_one_finding_per_kind_listing_tiers(tmp_path):
+    files = repo(
+        {n: ks(n, f"./{n}") for n in ("a", "b", "c")},
+        {"a": [RESTORE], "b": [obj("kopiur.home-operations.com/v1alpha1", "Restore", "b1", "default", spec={})], "c": [cm("c")]},
+    )
+    report = run(tmp_path, files)
+    unknown = [f for f in report.findings if f.check == "unknown-kind"]
+    assert len(unknown) == 1, [f.message for f in unknown]
+    assert unknown[0].severity is Severity.WARNING
+    assert "2 Restore objects (b1, paperless) in flux-system/a, flux-system/b" in unknown[0].message
+    # No bootstrap and no likely provider: the hint names the dependsOn, the declaration, and runtime_crds last.
+    assert "Add a dependsOn on the tier that installs its CRD" in unknown[0].message
+    assert "runtime_crds only if an operator creates it at run time" in unknown[0].message
+
+
+def test_cr_whose_chart_is_installed_by_a_child_tier_deadlocks(tmp_path):
+    """A tier applies CRs whose CRD only a HelmRelease in a Kustomization it applies itself can install: its
+    final stage's dry-run fails, the child is never written, the chart never installed (mirceanton-shaped)."""
+    files = repo(
+        {"infra": ks("infra", "./infra")},
+        {"infra": [ISSUER, ks("cert-manager", "./cert-manager")], "cert-manager": [CERT_MANAGER_NS, JETSTACK, cert_manager()]},
+    )
+    report = run(tmp_path, files)
+    errors = [f for f in report.findings if f.severity is Severity.ERROR and f.check == "crd-not-ordered"]
+    assert [(f.kustomization.name, f.object.kind) for f in errors] == [("infra", "ClusterIssuer")], [f.message for f in report.findings]
+    assert "never becomes Ready" in errors[0].message
+    assert "flux-system/cert-manager is applied by flux-system/infra itself" in errors[0].message

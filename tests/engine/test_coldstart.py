@@ -427,3 +427,18 @@ def test_missing_namespace_finding_by_cold_start(tmp_path: Path) -> None:
     report = _check(tmp_path / "retry", {"a": ks("a", "./a"), "b": ks("b", "./b")}, {"a": [cm], "b": [ns]})
     [finding] = [f for f in report.findings if f.check == "missing-provider"]
     assert finding.severity == Severity.WARNING and "after 1 failed attempt, up to 10m late" in finding.message
+
+
+def test_timeline_says_which_kinds_it_could_not_judge(tmp_path):
+    """A kind nobody known provides is not taken as a converging cold start silently: the line counts it."""
+    from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
+    from bot.pipeline.check import check_repository
+
+    files = flux_repo({"a": ks("a", "./a")}, {
+        "a/kustomization.yaml": kustomization("objects.yaml"),
+        "a/objects.yaml": dump(obj("example.com/v1", "Widget", "w", "default", spec={}), obj("v1", "ConfigMap", "c", "default")),
+    })
+    report = check_repository(write_tree(tmp_path, files), "dev")
+    assert report.cold_start.unjudged and str(report.cold_start.unjudged[0]) == "Widget.example.com"
+    assert "not judged: 1 kind nobody known provides, taken as served (Widget)" in report.cold_start.timeline()
+    assert report.cold_start.to_json()["unjudged"] == ["Widget.example.com"]

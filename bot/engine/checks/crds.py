@@ -13,9 +13,10 @@ from typing import Iterator, Sequence
 
 from bot.engine.checks.context import CheckContext, check, name_list, plural
 from bot.engine.coldstart import duration
-from bot.engine.facts import ObjectStub
-from bot.engine.model import Finding, GroupKind, Severity, TierId
-from bot.engine.providers import Provider, ProviderKind
+from bot.engine.bootstrap import names_group
+from bot.engine.facts import ObjectStub, TierFacts
+from bot.engine.model import Finding, GroupKind, ObjectRef, Severity, TierId
+from bot.engine.providers import Provider, ProviderKind, chart_name
 
 
 @check(
@@ -25,14 +26,152 @@ from bot.engine.providers import Provider, ProviderKind
     "unknown-kind",
 )
 def api_availability(ctx: CheckContext) -> Iterator[Finding]:
+    unknown: dict[GroupKind, list[tuple[TierId, Sequence[ObjectStub]]]] = {}
     for tier_id in ctx.render.tiers:
         facts = ctx.facts[tier_id]
         for gk, objects in sorted(facts.kinds.items()):
             if gk in facts.own_crds:
                 continue  # stage 1 of the same apply creates and waits for it
             providers = ctx.providers.resolve(gk)
+            if _unprovided(providers):
+                unknown.setdefault(gk, []).append((tier_id, objects))
+                continue
             for finding in _judge(ctx, tier_id, gk, objects, providers):
                 yield by_cold_start(ctx, finding, gk, providers)
+    for gk, uses in sorted(unknown.items()):
+        yield from _judge_unknown(ctx, gk, uses, ctx.providers.resolve(gk))
+
+
+def _unprovided(providers: Sequence[Provider]) -> bool:
+    """Whether nobody in this cluster is known to provide the kind (no tier brings it, not built in)."""
+    return not any(p.tier is not None or p.kind in (ProviderKind.BUILTIN, ProviderKind.PREINSTALLED, ProviderKind.LIVE) for p in providers)
+
+
+def _judge_unknown(ctx: CheckContext, gk: GroupKind, uses: list[tuple[TierId, Sequence[ObjectStub]]], providers: list[Provider]) -> Iterator[Finding]:
+    """A kind no file and no known chart provides: the bootstrap's credit, else what each tier's waited
+    dependencies prove, else one warning for the kind listing every tier that applies it."""
+    if ctx.simulation.bootstrap_entry(gk) is None:
+        proved = []
+        for tier, objects in uses:
+            assumption = _assumed(ctx, tier, gk)
+            if assumption is None:
+                proved.append(False)
+                continue
+            proved.append(True)
+            first = objects[0]
+            yield Finding(
+                "unknown-kind",
+                Severity.INFO,
+                f"{plural(len(objects), gk.kind + ' object')} ({name_list(m.ref.name for m in objects)}): no CRD for {gk} is "
+                f"in git or in a known chart; assumed served: {assumption}",
+                kustomization=tier, object=first.ref, location=ctx.locate(first),
+            )
+        uses = [use for use, ok in zip(uses, proved) if not ok]
+    if not uses:
+        return
+    tier, objects = uses[0]
+    stubs = [stub for _, tier_objects in uses for stub in tier_objects]
+    where = f"{plural(len(stubs), gk.kind + ' object')} ({name_list(m.ref.name for m in stubs)}) in {name_list((str(t) for t, _ in uses), 3)}"
+    orphan_rules = [p for p in providers if p.kind == ProviderKind.RUNTIME and p.trigger_kind]
+    if orphan_rules:
+        rule = orphan_rules[0]
+        message = (
+            f"{where}: the {gk} CRD is created at run time by {rule.description} when it reconciles a "
+            f"{rule.trigger_kind}, and this cluster applies none"
+        )
+    else:
+        message = f"{where}: no CRD for {gk} is in git, no known chart or operator provides it, and no dependency of {'this tier' if len(uses) == 1 else 'these tiers'} proves it served. {_unknown_hint(ctx, gk, [t for t, _ in uses])}"
+    finding = Finding("unknown-kind", Severity.WARNING, message, kustomization=tier, object=objects[0].ref, location=ctx.locate(objects[0]))
+    yield by_cold_start(ctx, finding, gk, providers)
+
+
+def _unknown_hint(ctx: CheckContext, gk: GroupKind, tiers: list[TierId]) -> str:
+    """The fix that applies: a dependsOn on a tier whose HelmRelease is named for the kind's group, the
+    bootstrap's declaration when the cluster has a bootstrap, runtime_crds only for a run-time operator."""
+    likely = sorted(
+        {
+            owner
+            for owner, facts in ctx.facts.items()
+            for manifest in facts.helm_releases
+            if owner not in tiers and _names_group(ctx, manifest, gk.group)
+        }
+    )
+    if likely:
+        return ctx.add_dependency(tiers[0], likely, f" (its HelmRelease is named for {gk.group}; with wait: true there)")
+    declare = f"declare it under bootstrap: crds: [{gk.group}/{gk.kind}] in .fluxwarden.yaml"
+    if not ctx.bootstrap.empty:
+        return f"If this cluster's bootstrap installs it, {declare}; else add a dependsOn on the tier that installs it"
+    return (
+        f"Add a dependsOn on the tier that installs its CRD; if it is installed before Flux, {declare}; add it to "
+        f"runtime_crds only if an operator creates it at run time"
+    )
+
+
+def _names_group(ctx: CheckContext, manifest, group: str) -> bool:
+    """Whether a HelmRelease's name or chart names an API group (`kopiur` for kopiur.home-operations.com)."""
+    chart = chart_name(manifest, _oci_urls(ctx))
+    return any(names_group(name, group) for name in (manifest.ref.name, chart or "") if name)
+
+
+def _oci_urls(ctx: CheckContext) -> dict[tuple[str, str], str]:
+    return {key: url for facts in ctx.facts.values() for key, url in facts.oci_urls.items()}
+
+
+# Application charts that template workloads from values and never ship CRDs of their own (bjw-s app-template):
+# waiting for one proves nothing about a kind.
+_GENERIC_CHARTS = frozenset({"app-template"})
+
+
+def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
+    """What in `tier`'s dependencies proves `gk` served before it applies, in words (None: nothing does).
+
+    A dependency is Ready only once its apply and its health checks passed (kustomize-controller
+    checkHealth), so it proves the CRD exists when it health-checks that CRD, applies objects of the kind
+    itself, or waits for a HelmRelease whose chart we cannot read: one named for the kind's API group at any
+    depth, else one a direct dependency waits for (an application chart proves nothing).
+    """
+    dependencies = sorted(ctx.graph.ancestors(tier))
+    direct = set(ctx.graph.deps.get(tier, ()))
+    dependencies.sort(key=lambda d: d not in direct)
+    how = lambda dep: f"dependsOn {dep}" if dep in direct else f"dependsOn (through its dependencies) {dep}"  # noqa: E731
+    for dep in dependencies:
+        spec = ctx.graph.specs.get(dep)
+        for h in spec.health_checks if spec else ():
+            if h.kind == "CustomResourceDefinition" and h.name.split(".", 1)[-1] == gk.group and h.name.split(".", 1)[0].startswith(gk.kind.lower()):
+                return f"{how(dep)} → healthChecks CustomResourceDefinition/{h.name}"
+    named: list[tuple[TierId, ObjectRef, str]] = []
+    unnamed: list[tuple[TierId, ObjectRef, str]] = []
+    for dep in dependencies:
+        spec = ctx.graph.specs.get(dep)
+        if spec is None:
+            continue
+        for manifest in ctx.facts.get(dep, TierFacts()).helm_releases:
+            ref = manifest.ref
+            if not (spec.wait or any(h.kind == "HelmRelease" and h.name == ref.name and h.namespace in (ref.namespace, "") for h in spec.health_checks)):
+                continue
+            release = ctx.render.releases.get(ref)
+            if release is not None and release.rendered:
+                continue  # its chart was read: what it installs is known exactly
+            chart = chart_name(manifest, _oci_urls(ctx)) or "?"
+            rule = ctx.providers.knowledge.chart_rule(chart)
+            if _names_group(ctx, manifest, gk.group):
+                # Named for the group, even when a known chart shares its name (hostzero's keycloak-operator
+                # is not keycloak.org's): the knowledge base's rule does not cover this kind.
+                if rule is None or not rule.provides(gk):
+                    named.append((dep, ref, chart if rule is None else f"{chart} (its namesake in the knowledge base does not ship it)"))
+            elif rule is None and dep in direct and chart not in _GENERIC_CHARTS:
+                unnamed.append((dep, ref, chart))
+    if named:
+        dep, ref, chart = named[0]
+        known = "" if "namesake" in chart else " not known"
+        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name} (named for {gk.group}), chart {chart}{known}"
+    for dep in dependencies:
+        if gk in ctx.facts.get(dep, TierFacts()).kinds:
+            return f"{how(dep)}, which applies {gk.kind} objects itself (it cannot be Ready without the CRD)"
+    if unnamed:
+        dep, ref, chart = unnamed[0]
+        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name}, chart {chart} not known"
+    return None
 
 
 NO_READY_CONDITION = "has no Ready condition Flux can read"  # the simulation's own warning: judged already
@@ -109,22 +248,7 @@ def _judge(ctx: CheckContext, tier: TierId, gk: GroupKind, objects: Sequence[Obj
     if runtime:
         yield from _judge_runtime(ctx, tier, gk, what, need, rely, runtime, finding)
         return
-    orphan_rules = [p for p in providers if p.kind == ProviderKind.RUNTIME and p.trigger_kind]
-    if orphan_rules:
-        rule = orphan_rules[0]
-        yield finding(
-            "unknown-kind",
-            Severity.WARNING,
-            f"{what}: the {gk} CRD is created at run time by {rule.description} when it reconciles a "
-            f"{rule.trigger_kind}, and this cluster applies none",
-        )
-        return
-    yield finding(
-        "unknown-kind",
-        Severity.WARNING,
-        f"{what}: no CRD for {gk} is in git, no known chart or operator provides it (add it to "
-        f"runtime_crds in .fluxwarden.yaml if a controller creates it)",
-    )
+    # Nobody in this cluster provides it: judged once per kind by _judge_unknown.
 
 
 def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], finding) -> Iterator[Finding]:
