@@ -169,7 +169,7 @@ def mask_secret(body: Mapping) -> dict:
         for field in ("data", "stringData"):
             values = out.get(field)
             if isinstance(values, dict):
-                out[field] = {k: SECRET_VALUE_MASK for k in values}
+                out[field] = dict.fromkeys(values, SECRET_VALUE_MASK)
         annotations = (out.get("metadata") or {}).get("annotations")
         if isinstance(annotations, dict) and LAST_APPLIED in annotations:
             annotations[LAST_APPLIED] = SECRET_VALUE_MASK  # kubectl's copy of the whole object, values included

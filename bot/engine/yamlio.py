@@ -433,11 +433,17 @@ def _read_stream(read: Callable[..., Iterator[Any]], text: str) -> list[Any]:
         return _bounded(read(text, Loader=FastSafeLoader))
     except yaml.YAMLError as exc:
         if not _redefines_anchor(exc):
-            raise nesting_limit(exc) or exc
+            limit = nesting_limit(exc)
+            if limit is not None:
+                raise limit from None
+            raise
     try:
         return _bounded(read(text, Loader=_RedefiningLoader))
     except yaml.YAMLError as exc:
-        raise nesting_limit(exc) or exc
+        limit = nesting_limit(exc)
+        if limit is not None:
+            raise limit from None
+        raise
 
 
 def _bounded(documents: Iterator[Any]) -> list[Any]:
