@@ -188,7 +188,7 @@ class _Strvals:
 
     def _until(self, stop: str) -> tuple[str, str | None]:
         """Characters up to one of `stop` (a backslash escapes the next); (text, None) at the end."""
-        out = []
+        out: list[str] = []
         while self.pos < len(self.text):
             char = self.text[self.pos]
             self.pos += 1
@@ -493,8 +493,8 @@ def api_versions(kube_version: str, crd_manifests: Iterable[Manifest]) -> tuple[
     for manifest in crd_manifests:
         spec = manifest.body.get("spec")
         spec = spec if isinstance(spec, dict) else {}
-        names = spec.get("names")
-        group, kind = spec.get("group"), names.get("kind") if isinstance(names, dict) else None
+        crd_names = spec.get("names")
+        group, kind = spec.get("group"), crd_names.get("kind") if isinstance(crd_names, dict) else None
         if manifest.ref.group_kind != CRD or not isinstance(group, str) or not isinstance(kind, str):
             continue
         versions = spec.get("versions")
