@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ContextManager, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
 from bot.engine.settings import GitIdentity, Limits, RepoPolicy
@@ -39,7 +39,8 @@ class Counters(Protocol):
 class PrecheckGitHub(Protocol):
     """What prechecking needs from GitHub (the adapter in bot/adapters/github.py provides it)."""
 
-    is_app: bool
+    @property
+    def is_app(self) -> bool: ...
 
     def pull_request(self, repo: str, number: int) -> Any: ...
 
@@ -47,7 +48,7 @@ class PrecheckGitHub(Protocol):
 
     def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
 
-    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: list[dict] = ()) -> int: ...
+    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: Iterable[dict[str, Any]] = ()) -> int: ...
 
 
 class CommentGitHub(Protocol):

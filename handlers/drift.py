@@ -28,6 +28,7 @@ import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
@@ -384,13 +385,11 @@ def build_drift_scheduler(
         ScheduledJob(
             target.job_id,
             Schedule(policy.schedule, policy.interval_seconds, policy.jitter),
-            lambda target=target: _dispatch(bot, target.key, lambda: runner.run(target)),
+            partial(_dispatch, bot, target.key, partial(runner.run, target)),
         )
         for target, policy in targets
     ]
-    scheduler = DriftScheduler(jobs, should_run=should_run, clock=clock)
-    scheduler.runner = runner  # type: ignore[attr-defined]  (tests and the service reach the runner through it)
-    return scheduler
+    return DriftScheduler(jobs, should_run=should_run, clock=clock)
 
 
 async def _dispatch(bot: BotContext, key: DriftKey, run: Callable[[], Any]) -> None:

@@ -15,7 +15,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from bot.adapters.kustomize import STOPPED_MESSAGES
 from bot.engine import markdown as md
@@ -296,7 +296,7 @@ class Precheck:
         """Make GitHub show `desired` (comment edited in place, status, check run); the operations GitHub refused
         (logged and counted) are returned."""
         context = status_context(cluster)
-        steps = [
+        steps: list[tuple[str, Callable[[], object]]] = [
             ("comment", lambda: self.github.upsert_comments(plan.repo, plan.number, _marker(cluster), list(desired.comment))),
             ("status", lambda: self.github.set_status(plan.repo, plan.head_sha, context, desired.status.state, desired.status.description, self.target_url)),
         ]

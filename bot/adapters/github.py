@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 from urllib.parse import quote
 
@@ -314,7 +315,7 @@ def _issue_info(issue: Any) -> IssueInfo:
     )
 
 
-def _title_body_edits(title: str | None, body: str | None, what: str) -> dict[str, str]:
+def _title_body_edits(title: str | None, body: str | None, what: str) -> dict[str, Any]:
     """The fields of an issue/PR edit that are set, with GitHub's body length limit enforced before sending."""
     changes: dict[str, str] = {}
     if title is not None:
@@ -586,11 +587,11 @@ class _PrecheckAPI(_IdentityAPI):
         for part, body in enumerate(bodies, 1):
             current = existing.get(part, [None])[0]
             if current is None:
-                created = self._call(f"create comment on {repo}#{number}", lambda body=body: issue.create_comment(body))
+                created = self._call(f"create comment on {repo}#{number}", partial(issue.create_comment, body))
                 ids.append(created.id)
             else:
                 if _normalise(current.body or "") != _normalise(body):
-                    self._call(f"edit comment {current.id} on {repo}", lambda c=current, body=body: c.edit(body))
+                    self._call(f"edit comment {current.id} on {repo}", partial(current.edit, body))
                 ids.append(current.id)
         for comment in sorted(surplus, key=lambda c: c.id):
             try:
@@ -686,7 +687,7 @@ class _PrecheckAPI(_IdentityAPI):
         for batch in batches[1:]:
             self._call(
                 f"add annotations to check run {run.id} on {repo}",
-                lambda batch=batch: run.edit(output={**output, "annotations": batch}),
+                partial(run.edit, output={**output, "annotations": batch}),
             )
         return int(run.id)
 

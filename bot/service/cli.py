@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from bot import __version__
 from bot.adapters.cache import default_cache_dir
@@ -25,7 +25,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other usage error
         self.exit(EXIT_USAGE, f"fluxwarden: error: {message}\n")
 
 
