@@ -62,6 +62,7 @@ from github.CommitStatus import CommitStatus as _GhCommitStatus
 from github.PaginatedList import PaginatedList
 
 from bot.engine.errors import ConfigError, InfraError
+from bot.engine.github_limits import ANNOTATIONS_PER_REQUEST, MAX_CHECK_TEXT, MAX_CHECK_TITLE, MAX_COMMENT, MAX_STATUS_DESCRIPTION
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,6 @@ CHECK_STATUSES = frozenset({"queued", "in_progress", "completed"})
 CHECK_CONCLUSIONS = frozenset(
     {"action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"}
 )
-MAX_COMMENT = 65536
-MAX_STATUS_DESCRIPTION = 140
-MAX_CHECK_TITLE = 255
-MAX_CHECK_TEXT = 65535
-ANNOTATIONS_PER_REQUEST = 50
 ANNOTATION_KEYS = frozenset({"path", "start_line", "end_line", "annotation_level", "message"})
 MAX_BACKOFF = 30.0
 SECONDARY_DEFAULT_WAIT = 60.0  # GitHub: without Retry-After, wait at least a minute

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 from bot.engine import markdown as md
 from bot.engine.releases import ReleaseDiff, release_tier_id
 from bot.engine.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
+from bot.engine.github_limits import MAX_COMMENT
 from bot.engine.model import Finding, Severity, TierId
 from bot.engine.report import SEVERITY_ICON
 from bot.engine.review import ClusterReview, ReviewedFinding
@@ -806,7 +807,7 @@ def format_review_markdown(
     reviews: Sequence[ClusterReview] | ClusterReview,
     *,
     link_base: str | None = None,
-    limit: int = 65536,
+    limit: int = MAX_COMMENT,
     max_parts: int = 10,
     marker: str = DEFAULT_MARKER,
 ) -> list[str]:
