@@ -126,7 +126,7 @@ def _plan(tiers: int, objects: int, rng: random.Random) -> list[_TierPlan]:
         p.deps = sorted(rng.sample(range(max(0, p.index - 12), p.index), k))
     # A handful of CRD tiers early in the graph; a few later tiers depend on each directly.
     n_crd = max(1, min(8, tiers // 30))
-    crd_pool = range(0, max(1, min(tiers - 1, int(tiers * 0.6))))
+    crd_pool = range(max(1, min(tiers - 1, int(tiers * 0.6))))
     crd_indices = sorted(rng.sample(crd_pool, min(n_crd, len(crd_pool))))
     taken: set[int] = set(crd_indices)
     for c in crd_indices:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from bot.engine.commands import CommandError, code_span, parse_commands, permits, you_have
 from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.markdown import MAX_COMMENT
+from bot.engine.github_limits import MAX_COMMENT
 from bot.engine.settings import RepoPolicy
 from bot.engine.webhook import CommentEvent
 from handlers.clusters import with_clusters

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ContextManager, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from bot.engine.errors import FluxwardenError
 from bot.engine.drift import DriftOptions, DriftReport
@@ -47,7 +47,8 @@ class Counters(Protocol):
 class PrecheckGitHub(Protocol):
     """What prechecking needs from GitHub (the adapter in bot/adapters/github.py provides it)."""
 
-    is_app: bool
+    @property
+    def is_app(self) -> bool: ...
 
     def pull_request(self, repo: str, number: int) -> Any: ...
 
@@ -55,7 +56,7 @@ class PrecheckGitHub(Protocol):
 
     def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
 
-    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: list[dict] = ()) -> int: ...
+    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: Iterable[dict[str, Any]] = ()) -> int: ...
 
 
 class CommentGitHub(Protocol):

@@ -28,6 +28,7 @@ import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from bot.engine import markdown as md
@@ -390,7 +391,7 @@ def drift_jobs(bot: BotContext, *, clock: Callable[[], datetime] = utcnow) -> tu
     jobs = [
         DriftJob(
             target.job_id, policy.schedule, policy.interval_seconds, policy.jitter,
-            lambda target=target: _dispatch(bot, target.key, lambda: runner.run(target)),
+            partial(_dispatch, bot, target.key, partial(runner.run, target)),
         )
         for target, policy in targets
     ]

@@ -15,10 +15,11 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, UserError
+from bot.engine.github_limits import MAX_CHECK_TEXT, MAX_STATUS_DESCRIPTION
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.model import Cause, Finding, Severity, plural
 from bot.engine.review import ALWAYS_NEW, ClusterReview
@@ -138,15 +139,15 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
     )
     against = f" (vs {base})" if base is not None else ""
     if new_errors:
-        status = Status("failure", f"{plural(new_errors, 'new error')} in {review.cluster}{against}"[:140])
+        status = Status("failure", f"{plural(new_errors, 'new error')} in {review.cluster}{against}"[:MAX_STATUS_DESCRIPTION])
     elif stopped is not None:
-        status = Status("error", f"{review.cluster}: could not render {stopped}"[:140])
+        status = Status("error", f"{review.cluster}: could not render {stopped}"[:MAX_STATUS_DESCRIPTION])
         head, _, rest = parts[0].partition("\n")
         rerun = md.code(f"/precheck {review.cluster}")
         parts = (f"{head}\n> [!WARNING]\n> Not a verdict: could not render {md.rich(stopped)}. Re-run with {rerun}.\n\n{rest}", *parts[1:])
     else:
         warnings = f", {plural(review.new_warnings, 'new warning')}" if review.new_warnings else ""
-        status = Status("success", f"{review.cluster}: no new errors{warnings}{against}"[:140])
+        status = Status("success", f"{review.cluster}: no new errors{warnings}{against}"[:MAX_STATUS_DESCRIPTION])
     conclusion = "failure" if new_errors or stopped else ("neutral" if verdict == Severity.WARNING else "success")
     return DesiredState(parts, status, conclusion, annotations_for(review))
 
@@ -170,12 +171,12 @@ def error_state(cluster: str, message: str, *, infrastructure: bool) -> DesiredS
     title = "could not run" if infrastructure else "cannot check this PR"
     body = f"<!-- {_marker(cluster)} -->\n### ❌ Fluxwarden precheck of {md.code(cluster)} {title}\n\n{md.rich(message, 4000)}\n"
     state = "error" if infrastructure else "failure"
-    return DesiredState((body,), Status(state, message[:140]), "failure")
+    return DesiredState((body,), Status(state, message[:MAX_STATUS_DESCRIPTION]), "failure")
 
 
 def retargeted_description(cluster: str, judged: str, now: str) -> str:
     """The pending status of a verdict for a base the PR no longer targets (never left `success`)."""
-    return f"{cluster} was judged against {judged}; the PR now targets {now}: re-run pending"[:140]
+    return f"{cluster} was judged against {judged}; the PR now targets {now}: re-run pending"[:MAX_STATUS_DESCRIPTION]
 
 
 def status_context(cluster: str) -> str:
@@ -275,7 +276,7 @@ class Precheck:
         """Make GitHub show `desired` (comment edited in place, status, check run); the operations GitHub refused
         (logged and counted) are returned."""
         context = status_context(cluster)
-        steps = [
+        steps: list[tuple[str, Callable[[], object]]] = [
             ("comment", lambda: self.github.upsert_comments(plan.repo, plan.number, _marker(cluster), list(desired.comment))),
             ("status", lambda: self.github.set_status(plan.repo, plan.head_sha, context, desired.status.state, desired.status.description, self.target_url)),
         ]
@@ -285,7 +286,7 @@ class Precheck:
                 status="completed" if desired.conclusion else "in_progress",
                 conclusion=desired.conclusion,
                 title=desired.status.description,
-                summary=desired.comment[0][:65535] if desired.comment else desired.status.description,
+                summary=desired.comment[0][:MAX_CHECK_TEXT] if desired.comment else desired.status.description,
                 annotations=list(desired.annotations),
             )))
         failed = []

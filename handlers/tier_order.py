@@ -110,7 +110,7 @@ class _Run:
         title = fix.pr_title()
         body = fix.pr_body(repo=t.repo, base=f"{t.default_branch} at {head[:12]}", stale=stale, stale_unknown=unknown)
         for extra in pulls[1:]:  # a duplicate (a race on another replica): keep the oldest
-            self.github.close_pull(t.repo, extra.number, duplicate_pull_comment(pull.number))
+            self.github.close_pull(t.repo, extra.number, duplicate_pull_comment(pulls[0].number))
         if pull is None:
             created = self.github.create_pull(t.repo, head=BRANCH, base=t.default_branch, title=title, body=body)
             log.info("%s: opened #%s (%s) for %s", t.repo, created.number, fix.headline(), t.trigger)

@@ -39,6 +39,6 @@ def pre_fix(root: Path) -> None:
     kfile.write_text(kfile.read_text().rstrip("\n") + "\n  - cdi-storageprofiles.yaml\n")
     (root / "clusters/base/platform-config-cdi.yaml").unlink()
     base_k = root / "clusters/base/kustomization.yaml"
-    base_k.write_text("".join(l for l in base_k.read_text().splitlines(True) if "platform-config-cdi" not in l))
+    base_k.write_text("".join(line for line in base_k.read_text().splitlines(True) if "platform-config-cdi" not in line))
     vms = root / "clusters/base/apps-vms.yaml"
-    vms.write_text("".join(l for l in vms.read_text().splitlines(True) if "platform-config-cdi" not in l))
+    vms.write_text("".join(line for line in vms.read_text().splitlines(True) if "platform-config-cdi" not in line))

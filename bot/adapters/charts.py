@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 def system_resolver(host: str, port: int) -> list[str]:
     """Every address the system resolver gives for `host` (TCP)."""
-    return [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
 def _internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -151,7 +151,7 @@ def inspect_archive(archive: bytes, limits: cs.FetchLimits) -> tuple[str, str]:
     chart_yaml: bytes | None = None
     files = 0
     try:
-        with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
             for member in tar:
                 files += 1
                 if files > limits.files:
@@ -292,7 +292,7 @@ class ChartFetcher:
         entries = self._once(f"index {source}", lambda: cs.parse_index(
             self._get(cs.index_url(repo_url), self._policy.limits.index_bytes, origin, "the index").body,
             source, self._policy.limits.index_bytes))
-        entry = cs.select_entry(entries, chart, constraint, source)  # type: ignore[arg-type]
+        entry = cs.select_entry(entries, chart, constraint, source)
         keys.add(cs.cache_key(source, chart, entry.version))
         for key in keys:
             if (hit := self._cache.get(key)) is not None:
@@ -375,7 +375,7 @@ class ChartFetcher:
                 link = re.match(r"\s*<([^>]+)>\s*;\s*rel=\"?next\"?", response.headers.get("link", ""))
                 path = urlsplit(urljoin(base, link.group(1)))._replace(scheme="", netloc="").geturl() if link else None
             return tags
-        return self._once(f"tags {ref.url}", read)  # type: ignore[return-value]
+        return self._once(f"tags {ref.url}", read)
 
     def _oci_get(self, ref: OciReference, base: str, path: str, origin: _Origin, cred: Credential | None,
                  cap: int, what: str, accept: str | None = None) -> _Response:
@@ -603,7 +603,7 @@ class _Scrub:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> bool:
+    def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> None:
         if isinstance(exc, ChartFetchError):
             message = str(exc)
             cleaned = message
@@ -611,5 +611,4 @@ class _Scrub:
                 cleaned = cleaned.replace(secret, "***")
             if cleaned != message:
                 raise ChartFetchError(exc.reason, cleaned) from None
-        return False
 

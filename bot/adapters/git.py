@@ -154,7 +154,7 @@ def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
 
 def _has_export_attributes(commit: git.Commit) -> bool:
     return any(
-        item.type == "blob" and item.name == ".gitattributes" and b"export-" in item.data_stream.read()
+        isinstance(item, git.Blob) and item.name == ".gitattributes" and b"export-" in item.data_stream.read()
         for item in commit.tree.traverse()
     )
 
@@ -162,10 +162,10 @@ def _has_export_attributes(commit: git.Commit) -> bool:
 def _export_blobs(commit: git.Commit, root: Path) -> None:
     """The slow, attribute-blind export: one blob at a time."""
     for item in commit.tree.traverse():
-        if item.type == "tree":
+        if isinstance(item, git.Tree):
             (root / item.path).mkdir(parents=True, exist_ok=True)
             continue
-        if item.type != "blob":
+        if not isinstance(item, git.Blob):
             continue  # submodules (commits) are not part of a Flux artifact
         target = root / item.path
         target.parent.mkdir(parents=True, exist_ok=True)

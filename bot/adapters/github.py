@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 from urllib.parse import quote
 
@@ -60,7 +61,8 @@ from github import Auth, Github, GithubException, GithubIntegration
 from github.CommitStatus import CommitStatus as _GhCommitStatus
 from github.PaginatedList import PaginatedList
 
-from bot.engine.errors import ConfigError, GitHubError, InfraError
+from bot.engine.errors import ConfigError, GitHubError
+from bot.engine.github_limits import ANNOTATIONS_PER_REQUEST, MAX_CHECK_TEXT, MAX_CHECK_TITLE, MAX_COMMENT, MAX_STATUS_DESCRIPTION
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +75,6 @@ CHECK_STATUSES = frozenset({"queued", "in_progress", "completed"})
 CHECK_CONCLUSIONS = frozenset(
     {"action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"}
 )
-MAX_COMMENT = 65536
-MAX_STATUS_DESCRIPTION = 140
-MAX_CHECK_TITLE = 255
-MAX_CHECK_TEXT = 65535
-ANNOTATIONS_PER_REQUEST = 50
 ANNOTATION_KEYS = frozenset({"path", "start_line", "end_line", "annotation_level", "message"})
 MAX_BACKOFF = 30.0
 SECONDARY_DEFAULT_WAIT = 60.0  # GitHub: without Retry-After, wait at least a minute
@@ -306,7 +303,7 @@ def _issue_info(issue: Any) -> IssueInfo:
     )
 
 
-def _title_body_edits(title: str | None, body: str | None, what: str) -> dict[str, str]:
+def _title_body_edits(title: str | None, body: str | None, what: str) -> dict[str, Any]:
     """The fields of an issue/PR edit that are set, with GitHub's body length limit enforced before sending."""
     changes: dict[str, str] = {}
     if title is not None:
@@ -578,11 +575,11 @@ class _PrecheckAPI(_IdentityAPI):
         for part, body in enumerate(bodies, 1):
             current = existing.get(part, [None])[0]
             if current is None:
-                created = self._call(f"create comment on {repo}#{number}", lambda body=body: issue.create_comment(body))
+                created = self._call(f"create comment on {repo}#{number}", partial(issue.create_comment, body))
                 ids.append(created.id)
             else:
                 if _normalise(current.body or "") != _normalise(body):
-                    self._call(f"edit comment {current.id} on {repo}", lambda c=current, body=body: c.edit(body))
+                    self._call(f"edit comment {current.id} on {repo}", partial(current.edit, body))
                 ids.append(current.id)
         for comment in sorted(surplus, key=lambda c: c.id):
             try:
@@ -678,7 +675,7 @@ class _PrecheckAPI(_IdentityAPI):
         for batch in batches[1:]:
             self._call(
                 f"add annotations to check run {run.id} on {repo}",
-                lambda batch=batch: run.edit(output={**output, "annotations": batch}),
+                partial(run.edit, output={**output, "annotations": batch}),
             )
         return int(run.id)
 

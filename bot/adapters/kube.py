@@ -15,6 +15,7 @@ raise them: they record them in the `LiveState`, where they become `precondition
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 import re
@@ -326,7 +327,7 @@ class KubeClient:
         except _NotFound:
             return []
 
-    async def list_kustomizations(self) -> list[dict[str, Any]]:
+    async def list_kustomizations(self) -> builtins.list[dict[str, Any]]:  # `list` here is the method above
         """Every Flux Kustomization (kustomize.toolkit.fluxcd.io/v1), cluster-wide."""
         group, version = KUSTOMIZE_API
         try:
@@ -343,7 +344,7 @@ class KubeClient:
             return None
         return await self.get(f"{SOURCE_GROUP}/{version}", ref.kind, ref.namespace, ref.name)
 
-    async def list_crds(self) -> list[dict[str, Any]]:
+    async def list_crds(self) -> builtins.list[dict[str, Any]]:  # `list` here is the method above
         group, version = CRD_API
         try:
             return await self._list(f"/apis/{group}/{version}/customresourcedefinitions", "CustomResourceDefinitions")

@@ -104,8 +104,8 @@ class DriftScheduler:
         self.should_run: Callable[[], bool] = should_run or (lambda: True)
         self.clock = clock
         self.first_run_delay = first_run_delay
-        self.runs: dict[str, int] = {job_id: 0 for job_id in self.jobs}  # completed runs per job
-        self.skipped: dict[str, int] = {job_id: 0 for job_id in self.jobs}  # firings should_run() declined
+        self.runs: dict[str, int] = dict.fromkeys(self.jobs, 0)  # completed runs per job
+        self.skipped: dict[str, int] = dict.fromkeys(self.jobs, 0)  # firings should_run() declined
         self._scheduler: AsyncIOScheduler | None = None
 
     @property

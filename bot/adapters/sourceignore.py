@@ -39,7 +39,7 @@ class IgnoreRules:
             compiled = GitIgnoreSpec.from_lines([line]).patterns
         except (ValueError, re.error):  # an invalid pattern (e.g. a reversed range) matches nothing, as in git
             return
-        if not compiled or compiled[0].include is None:  # blank, comment, a lone `/`
+        if not compiled or compiled[0].include is None or compiled[0].regex is None:  # blank, comment, a lone `/`
             return
         body = line if line.endswith("\\ ") else line.rstrip()
         body = body[1:] if body.startswith("!") else body

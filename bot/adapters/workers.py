@@ -291,7 +291,8 @@ class WorkerPool:
         process = _CONTEXT.Process(target=_worker_main, args=(theirs, os.getpid()), name="fluxwarden-worker", daemon=True)
         process.start()
         theirs.close()
-        return _Worker(process, ours, int(process.pid))
+        assert process.pid is not None  # start() gave it one
+        return _Worker(process, ours, process.pid)
 
     # -- one task ------------------------------------------------------------------------------------------
 

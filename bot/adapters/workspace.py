@@ -365,8 +365,8 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
     if any(e.mode == SYMLINK_MODE for e in entries):
         return None
     children: dict[str, list[TreeEntry]] = {}
-    for entry in entries:
-        children.setdefault(posixpath.dirname(entry.path), []).append(entry)
+    for listed in entries:
+        children.setdefault(posixpath.dirname(listed.path), []).append(listed)
     rules = IgnoreRules()
     for pattern in DEFAULT_IGNORE:
         rules.add(pattern)

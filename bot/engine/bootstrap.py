@@ -272,7 +272,7 @@ def _script_runs(snapshot: RepoTree, paths: list[str], helmfiles: list[str]) -> 
     install the releases; `template` piped into `kubectl apply` unfiltered installs everything
     (without Helm hooks). Other subcommands (`diff`, `lint`, `destroy`…) install nothing.
     """
-    runs = []
+    runs: list[ScriptRun] = []
     for script in paths:
         if not _is_script(script):
             continue
@@ -398,8 +398,8 @@ def parse_helmfile(snapshot: RepoTree, path: str, depth: int = 0) -> Helmfile:
             include_crds |= inherited.include_crds
             hooks.extend(inherited.hook_manifests)
             templates.update(_templates_of(snapshot, rel))
-        defaults = doc.get("helmDefaults") if isinstance(doc.get("helmDefaults"), Mapping) else {}
-        args = defaults.get("args") if isinstance(defaults.get("args"), list) else []
+        defaults = raw if isinstance(raw := doc.get("helmDefaults"), Mapping) else {}
+        args = raw if isinstance(raw := defaults.get("args"), list) else []
         include_crds |= any(isinstance(a, str) and a.strip() == "--include-crds" for a in args)
         if isinstance(doc.get("templates"), Mapping):
             templates.update({k: v for k, v in doc["templates"].items() if isinstance(v, Mapping)})
@@ -452,7 +452,7 @@ def _hook_manifests(snapshot: RepoTree, base_dir: str, hooks: Any) -> list[str]:
     for hook in hooks if isinstance(hooks, list) else ():
         if not isinstance(hook, Mapping) or hook.get("command") != "kubectl":
             continue
-        events = hook.get("events") if isinstance(hook.get("events"), list) else []
+        events = raw if isinstance(raw := hook.get("events"), list) else []
         args = [a for a in hook.get("args") or () if isinstance(a, str)] if isinstance(hook.get("args"), list) else []
         if "apply" not in args or not set(events) & {"presync", "postsync"}:
             continue
@@ -647,8 +647,8 @@ def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: 
         remote += len(extra) if isinstance(extra, list) else 0
     crds = set()
     for obj in objects:
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        names = spec.get("names") if isinstance(spec.get("names"), Mapping) else {}
+        spec = raw if isinstance(raw := obj.get("spec"), Mapping) else {}
+        names = raw if isinstance(raw := spec.get("names"), Mapping) else {}
         if obj.get("kind") == "CustomResourceDefinition" and isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
             crds.add((spec["group"], names["kind"]))
     found.crds.update(crds)
@@ -677,9 +677,9 @@ def _helm_rendered(objects: list[Mapping], in_git: frozenset[tuple[str, str]], k
     releases: set[tuple[str, str]] = set()
     charts: set[str] = set()
     for obj in objects:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+        meta = raw if isinstance(raw := obj.get("metadata"), Mapping) else {}
+        labels = raw if isinstance(raw := meta.get("labels"), Mapping) else {}
+        annotations = raw if isinstance(raw := meta.get("annotations"), Mapping) else {}
         if labels.get("app.kubernetes.io/managed-by") != "Helm" and "meta.helm.sh/release-name" not in annotations:
             continue
         name = annotations.get("meta.helm.sh/release-name") or labels.get("app.kubernetes.io/instance")
@@ -826,7 +826,8 @@ def _script_applies(snapshot: RepoTree, paths: list[str], knowledge: KnowledgeBa
             found.add("manifests", script, f"applied by {script} before Flux: {_short(list(dict.fromkeys(resolved)))}")
         if not applies_urls:
             continue
-        known, unknown = [], []
+        known: list[str] = []
+        unknown: list[str] = []
         for url in dict.fromkeys(_URL.findall(text)):
             if not url.endswith((".yaml", ".yml")):
                 continue

@@ -370,7 +370,8 @@ class Simulation:
         if namespace is not None:
             if self._bootstrap_kind(gk) is not None:
                 return True
-            return any(self.tiers[t].attempted is not None and self.tiers[t].attempted < before for t in self._namespaces.get(namespace, ()))
+            attempts = (self.tiers[t].attempted for t in self._namespaces.get(namespace, ()))
+            return any(attempted is not None and attempted < before for attempted in attempts)
         if self._bootstrap_kind(gk) is not None:
             return True
         for p in self.resolve(gk):
@@ -468,8 +469,10 @@ class Simulation:
             if other is None or other.ready is None or other.ready >= r:
                 return False
         held = self._held_by.get(tier.spec.id)
-        if held is not None and (self.tiers[held].ready is None or self.tiers[held].ready >= r):
-            return False
+        if held is not None:
+            held_ready = self.tiers[held].ready
+            if held_ready is None or held_ready >= r:
+                return False
         return True
 
     def _apply(self, tier: _Tier, r: int) -> bool:
@@ -618,6 +621,7 @@ class Simulation:
         if not placed:
             return text + " ← nobody applies what provides it"
         p = sorted(placed, key=lambda p: (p.tier != tid, p.kind != ProviderKind.RUNTIME, p.tier))[0]
+        assert p.tier is not None  # placed: filtered above
         via = f"{p.via.kind}/{p.via.name}" if p.via else "?"
         if p.kind == ProviderKind.RUNTIME:
             operator = p.description.split(", when it reconciles")[0].split(" (")[0]

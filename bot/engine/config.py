@@ -425,7 +425,7 @@ def _scan(config: RepoConfig, snapshot: RepoTree) -> tuple[list[_FoundKustomizat
 def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_FoundKustomization], sync_paths: list[str]) -> None:
     """One YAML document of the scan: a Flux Kustomization on this repo, a FluxInstance (object, HelmRelease
     of the flux-instance chart, or the chart's values file) syncing this repo."""
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = found if isinstance(found := doc.get("metadata"), dict) else {}
     api_version, kind = str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")
     namespace = str(meta.get("namespace") or "flux-system")
     if "kind" not in doc and isinstance(doc.get("instance"), dict):  # the chart's values, read by a helmfile or valuesFrom

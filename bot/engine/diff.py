@@ -35,7 +35,7 @@ import difflib
 import enum
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping, overload
 
 import yaml
 
@@ -169,7 +169,7 @@ def mask_secret(body: Mapping) -> dict:
         for field in ("data", "stringData"):
             values = out.get(field)
             if isinstance(values, dict):
-                out[field] = {k: SECRET_VALUE_MASK for k in values}
+                out[field] = dict.fromkeys(values, SECRET_VALUE_MASK)
         annotations = (out.get("metadata") or {}).get("annotations")
         if isinstance(annotations, dict) and LAST_APPLIED in annotations:
             annotations[LAST_APPLIED] = SECRET_VALUE_MASK  # kubectl's copy of the whole object, values included
@@ -252,7 +252,8 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
     for source, identity in sorted(old.keys() - new.keys(), key=lambda k: (k[1], k[0])):
         candidates = gained.get(identity, [])
         fresh = [t for t in candidates if (t, identity) not in consumed]
-        destination = (fresh or candidates or holders_of(identity) or [None])[0]
+        choices = fresh or candidates or holders_of(identity)
+        destination = choices[0] if choices else None
         base_manifest = old[(source, identity)]
         if destination is None:
             changes.append(_object_change(ChangeKind.REMOVED, source, None, base_manifest, None))
@@ -300,6 +301,15 @@ def _entries(tiers: Mapping[TierId, RenderedTier], skip: set[TierId]) -> dict[tu
     return out
 
 
+@overload
+def _object_change(
+    kind: Literal[ChangeKind.ADDED, ChangeKind.REMOVED, ChangeKind.MOVED], tier: TierId, from_tier: TierId | None,
+    base: Manifest | None, head: Manifest | None,
+) -> ObjectChange: ...
+@overload
+def _object_change(
+    kind: ChangeKind, tier: TierId, from_tier: TierId | None, base: Manifest | None, head: Manifest | None
+) -> ObjectChange | None: ...
 def _object_change(
     kind: ChangeKind, tier: TierId, from_tier: TierId | None, base: Manifest | None, head: Manifest | None
 ) -> ObjectChange | None:

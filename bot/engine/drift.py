@@ -48,7 +48,7 @@ _SKIPPED_META_PREFIXES = (_FLUX_PREFIX, "config.kubernetes.io/", "internal.confi
 _NOT_COMPARED_TOP = frozenset({"apiVersion", "kind", "metadata", "status", "sops"})
 MAX_FIELDS = 6  # field paths named per object
 MAX_USERS = 4  # objects named per missing CRD
-MAX_BODY = 60000  # GitHub caps an issue body at 65536 characters
+MAX_BODY = 60000  # a margin under GitHub's cap on an issue body (github_limits.MAX_COMMENT)
 
 
 class DriftKind(str, enum.Enum):

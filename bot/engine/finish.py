@@ -85,7 +85,9 @@ def pop_origin(body: Any, root: str) -> SourceLocation | None:
     generate.write_build_root), where every relative path lands where it does in the repository.
     """
     meta = body.get("metadata") if isinstance(body, dict) else None
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    annotations = meta.get("annotations")
     if not isinstance(annotations, dict) or ORIGIN_ANNOTATION not in annotations:
         return None
     raw = annotations.pop(ORIGIN_ANNOTATION)
@@ -143,7 +145,7 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
             )
             continue
         documents, position = found
-        data = _config_data(documents[position].body)
+        data = _config_data(documents[position].body or {})
         variables.update(data)
         if source.kind == "Secret":
             secret_names.update(data)

@@ -346,7 +346,7 @@ def generated_resources(snapshot: RepoTree, directory: str) -> list[str]:
 
     def visit(rel: str) -> None:
         subdirs, names = snapshot.list_dir(posixpath.join(directory, rel) if rel else directory)
-        keep = []
+        keep: list[str] = []
         for name in subdirs:
             sub = posixpath.join(rel, name)
             (out if snapshot.has_kustomization(posixpath.join(directory, sub)) else keep).append(sub)

@@ -14,7 +14,7 @@ from typing import Any
 
 from bot.engine.errors import InputError
 from bot.engine.facts import CRD, crd_kind
-from bot.engine.helmrelease import ReleaseSpec, ValuesReference
+from bot.engine.helmrelease import ReleaseSpec
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity
 from bot.engine.rendered import SECRET_MASK, object_ref
 from bot.engine.yamlio import load_all, load_one
@@ -188,7 +188,7 @@ class _Strvals:
 
     def _until(self, stop: str) -> tuple[str, str | None]:
         """Characters up to one of `stop` (a backslash escapes the next); (text, None) at the end."""
-        out = []
+        out: list[str] = []
         while self.pos < len(self.text):
             char = self.text[self.pos]
             self.pos += 1
@@ -315,7 +315,7 @@ def _set_index(items: list[Any], index: int, value: Any) -> list[Any]:
 
 def mask_secret_values(text: str, secrets: Mapping[str, str] | Iterable[str]) -> str:
     """Replace every value that came from a Secret (and its base64, and each long line of it) with a mask."""
-    named = secrets if isinstance(secrets, Mapping) else {value: "" for value in secrets}
+    named = secrets if isinstance(secrets, Mapping) else dict.fromkeys(secrets, "")
     masks: dict[str, str] = {}
     for value, secret in named.items():
         label = SECRET_MASK.format(name=f"values from Secret {secret}" if secret else "values from a Secret")
@@ -493,8 +493,8 @@ def api_versions(kube_version: str, crd_manifests: Iterable[Manifest]) -> tuple[
     for manifest in crd_manifests:
         spec = manifest.body.get("spec")
         spec = spec if isinstance(spec, dict) else {}
-        names = spec.get("names")
-        group, kind = spec.get("group"), names.get("kind") if isinstance(names, dict) else None
+        crd_names = spec.get("names")
+        group, kind = spec.get("group"), crd_names.get("kind") if isinstance(crd_names, dict) else None
         if manifest.ref.group_kind != CRD or not isinstance(group, str) or not isinstance(kind, str):
             continue
         versions = spec.get("versions")
@@ -506,5 +506,5 @@ def api_versions(kube_version: str, crd_manifests: Iterable[Manifest]) -> tuple[
             served = [spec["version"]]
         for version in served:
             kinds.setdefault(f"{group}/{version}", set()).add(kind)
-    out = {gv for gv in kinds} | {f"{gv}/{kind}" for gv, names in kinds.items() for kind in names}
+    out = set(kinds) | {f"{gv}/{kind}" for gv, names in kinds.items() for kind in names}
     return tuple(sorted(out))

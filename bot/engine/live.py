@@ -388,7 +388,9 @@ def evaluate_preconditions(
             findings.append(finding)
     for tier in touched:
         spec = specs.get(tier)
-        for dep in spec.depends_on if spec else ():
+        if spec is None:
+            continue
+        for dep in spec.depends_on:
             findings += _dependency(state, specs, tier, spec, dep, dep in failing or dep in touched, absent_ok)
     for move in moves:
         findings += _moved_object(state, move)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-MAX_COMMENT = 65536  # GitHub's limit for a comment, an issue or a PR body (characters)
+from bot.engine.github_limits import MAX_COMMENT
 
 NAME_LIMIT = 256  # characters of a name shown in a code span (a Kubernetes name has at most 253)
 # U+2060 WORD JOINER after an `@`: it reads as @name, but GitHub links and notifies no one. GitHub mentions

@@ -128,6 +128,6 @@ def chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> s
         return chart.rstrip("/").rsplit("/", 1)[-1]
     ref = spec.get("chartRef") or {}
     if ref.get("kind") == "OCIRepository":
-        url = oci_urls.get((ref.get("namespace") or manifest.ref.namespace, ref.get("name")), "")
+        url = oci_urls.get((str(ref.get("namespace") or manifest.ref.namespace), str(ref.get("name") or "")), "")
         return url.rstrip("/").rsplit("/", 1)[-1] or None
     return None

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 from bot.engine import markdown as md
 from bot.engine.releases import ReleaseDiff, release_tier_id
 from bot.engine.diff import ChangeKind, ObjectChange, SecretKeyChanges, TierDiff
+from bot.engine.github_limits import MAX_COMMENT
 from bot.engine.model import Finding, Severity, TierId
 from bot.engine.report import SEVERITY_ICON
 from bot.engine.review import ClusterReview, ReviewedFinding
@@ -872,7 +873,7 @@ def format_review_markdown(
     reviews: Sequence[ClusterReview] | ClusterReview,
     *,
     link_base: str | None = None,
-    limit: int = 65536,
+    limit: int = MAX_COMMENT,
     max_parts: int = 10,
     marker: str = DEFAULT_MARKER,
 ) -> list[str]:
@@ -1004,19 +1005,21 @@ def _page_tier(
     pages: _Pages, review: ClusterReview, tier: TierDiff, continued: str, release: ReleaseDiff | None = None, opening: tuple[str, str] | None = None
 ) -> None:
     """Add a tier's (a HelmRelease's, a group's) changes; one cut by a new part reopens there under the cluster's continued heading."""
+    heads: tuple[str, str]
     if opening is not None:
-        opening, reopening = opening
+        heads = opening
     elif release is not None:
-        opening, reopening = _release_open(release, tier), _release_open(release, tier, continued=True)
+        heads = _release_open(release, tier), _release_open(release, tier, continued=True)
     else:
-        opening, reopening = _tier_open(review, tier), _tier_open(review, tier, continued=True)
+        heads = _tier_open(review, tier), _tier_open(review, tier, continued=True)
+    first, reopening = heads
     max_block = pages.budget - len(continued) - len(reopening) - len(TIER_CLOSE)
     is_open, shown = False, 0
     for index, change in enumerate(tier.changes):
         block = _change_block(change, max_block)
-        if pages.fits(len(block) + len(TIER_CLOSE) + (0 if is_open else len(opening))):
+        if pages.fits(len(block) + len(TIER_CLOSE) + (0 if is_open else len(first))):
             if not is_open:
-                pages.add(opening)
+                pages.add(first)
                 is_open = True
             pages.add(block)
             shown += 1
@@ -1028,7 +1031,7 @@ def _page_tier(
             pages.omit(len(tier.changes) - index, 1)
             break
         pages.add(continued)
-        pages.add(reopening if shown else opening)
+        pages.add(reopening if shown else first)
         is_open = True
         pages.add(block)
         shown += 1

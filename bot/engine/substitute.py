@@ -796,7 +796,7 @@ class _Evaluator:
                 self.undefined.add(node.param)
         op = node.op
         if op == "#":
-            fn = _to_len if not args else _trim_shortest_prefix
+            fn: _Fn = _to_len if not args else _trim_shortest_prefix
         else:
             fn = _FUNCS.get(op, _to_default)
         if op in _BYTE_CUTTERS:

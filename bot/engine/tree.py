@@ -27,8 +27,13 @@ class RefusedPath:
 class RepoTree(Protocol):
     """A repository as source-controller would ship it; every path is repo-relative and posix."""
 
-    refused: tuple[RefusedPath, ...]
-    has_symlinks: bool
+    @property
+    def refused(self) -> tuple[RefusedPath, ...]:
+        """Paths the sanitised copy left out, and why."""
+
+    @property
+    def has_symlinks(self) -> bool:
+        """Whether a symlink makes a path's content depend on another path (changed files no longer say what changed)."""
 
     @property
     def identity(self) -> Hashable:

@@ -6,7 +6,7 @@ import math
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, cast
 
 import yaml
 
@@ -110,14 +110,14 @@ def _go_tag(value: str) -> str:
     return _STR
 
 
-def _construct_bool(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> bool:
+def _construct_bool(loader: FastSafeLoader, node: yaml.ScalarNode) -> bool:
     value = loader.construct_scalar(node)
     if value not in _GO_BOOLS:
         raise yaml.constructor.ConstructorError(None, None, f"cannot decode {value!r} as a bool", node.start_mark)
     return _GO_BOOLS[value]
 
 
-def _construct_int(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> int:
+def _construct_int(loader: FastSafeLoader, node: yaml.ScalarNode) -> int:
     value = loader.construct_scalar(node)
     number = _go_int(value)
     if number is None:  # `!!int foo`, `!!int 1e3`: go-yaml refuses them too
@@ -125,7 +125,7 @@ def _construct_int(loader: yaml.constructor.BaseConstructor, node: yaml.Node) ->
     return number
 
 
-def _construct_float(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> float:
+def _construct_float(loader: FastSafeLoader, node: yaml.ScalarNode) -> float:
     value = loader.construct_scalar(node)
     if value in _GO_SPECIAL_FLOATS:
         return _GO_SPECIAL_FLOATS[value]
@@ -137,24 +137,34 @@ def _construct_float(loader: yaml.constructor.BaseConstructor, node: yaml.Node) 
     return float(value.replace("_", ""))
 
 
-def _construct_binary(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> str:
+def _construct_binary(loader: FastSafeLoader, node: yaml.ScalarNode) -> str:
     """`!!binary` decodes to the string of its bytes (go-yaml v2 decode.go), not to Python bytes."""
-    data = yaml.constructor.SafeConstructor.construct_yaml_binary(loader, node)  # type: ignore[arg-type]
+    data = loader.construct_yaml_binary(node)
     return data.decode("utf-8", errors="replace")
 
 
-def _construct_merge_value(loader: yaml.constructor.BaseConstructor, node: yaml.Node) -> Any:
+def _construct_text(loader: FastSafeLoader, node: yaml.ScalarNode) -> str:
+    """The scalar as written (a timestamp decodes to its own text, as in go-yaml v2)."""
+    return loader.construct_scalar(node)
+
+
+def _construct_merge_value(loader: FastSafeLoader, node: yaml.Node) -> Any:
     """`<<` where it is not a mapping key is the string "<<"."""
     return loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else _construct_by_kind(loader, "", node)
 
 
-def _construct_by_kind(loader: yaml.constructor.BaseConstructor, _suffix: str, node: yaml.Node) -> Any:
+def _construct_by_kind(loader: FastSafeLoader, _suffix: str, node: yaml.Node) -> Any:
     """Any other tag (`!env_var`, `!secret`, `!!set`, `!!python/object`): the node as written, as go-yaml v2 reads it."""
     if isinstance(node, yaml.ScalarNode):
         return loader.construct_scalar(node)
     if isinstance(node, yaml.SequenceNode):
         return loader.construct_sequence(node, deep=True)
-    return loader.construct_mapping(node, deep=True)
+    return loader.construct_mapping(cast(yaml.MappingNode, node), deep=True)  # a composed node is one of the three
+
+
+def _construct_plain(loader: FastSafeLoader, node: yaml.Node) -> Any:
+    """The plain map or sequence under a YAML 1.1 type tag (`!!set`, `!!omap`, `!!pairs`)."""
+    return _construct_by_kind(loader, "", node)
 
 
 def _json_key(key: Any, node: yaml.Node) -> Any:
@@ -229,7 +239,7 @@ class FastSafeLoader(yaml.CSafeLoader):
             self._resolved[value] = tag
         return tag
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         mapping = super().construct_mapping(node, deep=deep)
         if all(type(key) is str for key in mapping):
             return mapping
@@ -297,11 +307,11 @@ class FastSafeLoader(yaml.CSafeLoader):
 FastSafeLoader.add_constructor(_BOOL, _construct_bool)
 FastSafeLoader.add_constructor(_INT, _construct_int)
 FastSafeLoader.add_constructor(_FLOAT, _construct_float)
-FastSafeLoader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+FastSafeLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_text)
 FastSafeLoader.add_constructor("tag:yaml.org,2002:binary", _construct_binary)
 FastSafeLoader.add_constructor(_MERGE, _construct_merge_value)
 for _tag in ("set", "omap", "pairs"):  # YAML 1.1 types go-yaml v2 reads as the plain map or sequence
-    FastSafeLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", lambda loader, node: _construct_by_kind(loader, "", node))
+    FastSafeLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _construct_plain)
 FastSafeLoader.add_multi_constructor("", _construct_by_kind)  # every other tag
 
 
@@ -314,11 +324,17 @@ class _RedefinableComposer(yaml.composer.Composer):
 
     _composing = 0  # nodes open above this one: the Python composer recurses, two frames a level
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    if TYPE_CHECKING:  # the C parser _RedefiningLoader mixes in provides them
+
+        def check_event(self, *choices: type[yaml.Event]) -> bool: ...
+
+        def peek_event(self) -> yaml.Event | None: ...
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if not self.check_event(yaml.AliasEvent):
-            anchor = self.peek_event().anchor
-            if anchor is not None:
-                self.anchors.pop(anchor, None)
+            event = self.peek_event()
+            if isinstance(event, yaml.NodeEvent) and event.anchor is not None:
+                self.anchors.pop(event.anchor, None)
         if self._composing > MAX_NESTING:
             raise LimitError(f"nests more than {MAX_NESTING} levels deep (limit: {MAX_NESTING})")
         self._composing += 1
@@ -433,11 +449,17 @@ def _read_stream(read: Callable[..., Iterator[Any]], text: str) -> list[Any]:
         return _bounded(read(text, Loader=FastSafeLoader))
     except yaml.YAMLError as exc:
         if not _redefines_anchor(exc):
-            raise nesting_limit(exc) or exc
+            limit = nesting_limit(exc)
+            if limit is not None:
+                raise limit from None
+            raise
     try:
         return _bounded(read(text, Loader=_RedefiningLoader))
     except yaml.YAMLError as exc:
-        raise nesting_limit(exc) or exc
+        limit = nesting_limit(exc)
+        if limit is not None:
+            raise limit from None
+        raise
 
 
 def _bounded(documents: Iterator[Any]) -> list[Any]:

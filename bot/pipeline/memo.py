@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence, overload
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.kustomize import KustomizeBinary
@@ -30,7 +30,8 @@ class CachedDocuments(Sequence[RawDocument]):
     """A cached build's documents, unpickled only when a tier must really be finished again."""
 
     def __init__(self, cache: BuildCache, key: str) -> None:
-        self._cache, self._key, self._docs = cache, key, None
+        self._cache, self._key = cache, key
+        self._docs: tuple[RawDocument, ...] | None = None
 
     def _load(self) -> tuple[RawDocument, ...]:
         if self._docs is None:
@@ -44,10 +45,14 @@ class CachedDocuments(Sequence[RawDocument]):
     def __len__(self) -> int:
         return len(self._load())
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, index: int) -> RawDocument: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[RawDocument, ...]: ...
+    def __getitem__(self, index: int | slice) -> RawDocument | tuple[RawDocument, ...]:
         return self._load()[index]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[RawDocument]:
         return iter(self._load())
 
 
@@ -55,8 +60,9 @@ class StoredManifests(Sequence[Manifest]):
     """A cached finished tier's objects: counted, the rest unpickled on first use."""
 
     def __init__(self, cache: BuildCache, finish_key: str, count: int) -> None:
-        self._cache, self._key, self._manifests = cache, finish_key, None
-        self.count = count
+        self._cache, self._key = cache, finish_key
+        self._manifests: tuple[Manifest, ...] | None = None
+        self._count = count
 
     def _load(self) -> tuple[Manifest, ...]:
         if self._manifests is None:
@@ -68,12 +74,16 @@ class StoredManifests(Sequence[Manifest]):
         return self._manifests
 
     def __len__(self) -> int:
-        return self.count
+        return self._count
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, index: int) -> Manifest: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Manifest, ...]: ...
+    def __getitem__(self, index: int | slice) -> Manifest | tuple[Manifest, ...]:
         return self._load()[index]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Manifest]:
         return iter(self._load())
 
 
@@ -92,7 +102,7 @@ class TreeBuild(NamedTuple):
     inputs: frozenset[str]
     cache_key: str
     spec: TierSpec
-    index: DocumentIndex
+    index: DocumentIndex  # type: ignore[assignment]  # shadows tuple.index(), which nothing calls on a TreeBuild
 
 
 class BuildMemo:
@@ -315,7 +325,9 @@ class FindingsMemo:
     """A commit's findings for one cluster: a commit checked before (the base of most reviews) has the same ones."""
 
     def __init__(self, cache: BuildCache | None, key: str | None) -> None:
-        self.cache, self.key = (cache, key) if cache is not None and key is not None else (None, None)
+        both = cache is not None and key is not None
+        self.cache: BuildCache | None = cache if both else None
+        self.key: str | None = key if both else None
 
     @classmethod
     def of(

@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
@@ -30,6 +30,7 @@ from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId
 from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, render_key, tree_key
+from bot.pipeline.releases import ChartStage
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class Renderer:
         cache: BuildCache | None,
         memo: RunMemo,
         limits: RenderLimits = RenderLimits(),
-        charts: "ChartStage | None" = None,
+        charts: ChartStage | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.charts = charts  # the run's chart fetcher and Helm workers (bot/pipeline/releases.py); None: charts not rendered

@@ -230,7 +230,7 @@ def serve(config: ServiceConfig) -> None:
 def clean_stale_work_dirs(tmp: Path, older_than: float) -> list[str]:
     """Remove the `fluxwarden-*` work directories in `tmp` that a killed process left: ours (same uid), real
     directories (not symlinks), untouched for `older_than` seconds (longer than any run of ours lasts)."""
-    removed = []
+    removed: list[str] = []
     now = time.time()
     try:
         entries = list(os.scandir(tmp))

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
 from bot.engine.errors import InfraError
+from bot.engine.github_limits import MAX_STATUS_DESCRIPTION
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,9 @@ class Claims:
     # ------------------------------------------------------------------ pure logic
 
     def tag(self, description: str, *, released: bool = False) -> str:
-        """`description` with our tag, within GitHub's 140 characters."""
+        """`description` with our tag, within GitHub's MAX_STATUS_DESCRIPTION characters."""
         tag = f" [fw:{self.replica}{':released' if released else ''}]"
-        return description[: max(0, 140 - len(tag))].rstrip() + tag
+        return description[: max(0, MAX_STATUS_DESCRIPTION - len(tag))].rstrip() + tag
 
     def _dead_process(self, replica: str) -> bool:
         return self.pod is not None and replica != self.replica and replica != UNTAGGED and pod_of(replica) == self.pod

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from bot import __version__
 from bot.adapters.cache import default_cache_dir
@@ -25,7 +25,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other usage error
         self.exit(EXIT_USAGE, f"fluxwarden: error: {message}\n")
 
 
@@ -38,13 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
     check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     check.add_argument("--output", type=Path, help="write the report here instead of stdout")
-    check.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    _render_arguments(check)
     check.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
     check.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     check.add_argument("--base", help="review a change: the git revision before it (renders both sides and diffs them)")
     check.add_argument("--head", help="with --base: the revision after the change (default: the working tree)")
     check.add_argument("--all", action="store_true", dest="all_findings", help="with --base: list the pre-existing findings too (default: a count per check)")
-    check.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's (it may live outside the repo)")
     check.add_argument(
         "--config-from-commit", action="store_true",
         help="with --base: each side reads its own commit's .fluxwarden.yaml (default: the working tree's, for both sides)",
@@ -61,19 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     tier = sub.add_parser("tier-order", help="check the bootstrap tier order list against every cluster's graph (--fix edits it)")
     tier.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
     tier.add_argument("--fix", action="store_true", help="edit the tier order file in place (only the lines that must change)")
-    tier.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
-    tier.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    _render_arguments(tier)
     tier.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     _cache_arguments(tier)
     drift = sub.add_parser("drift", help="compare a cluster with the render of the repository, once (read-only)")
     drift.add_argument("--repo", default=".", type=Path, help="repository working tree, e.g. a checkout of the default branch (default: .)")
     drift.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
-    drift.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     drift.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     drift.add_argument("--context", help="kubeconfig context (default: its current-context)")
     drift.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     drift.add_argument("--stuck-after", type=float, default=1800.0, help="seconds a tier may wait on a dependency before it is stuck (default: 1800)")
-    drift.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    _render_arguments(drift)
     drift.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     _cache_arguments(drift)
     build = sub.add_parser("build", help="print a cluster's rendered objects (what kustomize-controller would apply) as YAML")
@@ -83,17 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--tier", action="append", default=[], metavar="NS/NAME",
         help="only this Kustomization, or this HelmRelease's chart (HelmRelease/NS/NAME; repeatable; default: every tier)",
     )
-    build.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's")
     build.add_argument("--show-secrets", action="store_true", help="print Secret values as git has them (SOPS values stay encrypted)")
     build.add_argument("--output", type=Path, help="write the YAML here instead of stdout")
-    build.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    _render_arguments(build)
     build.add_argument("--jobs", type=int, help="parallel kustomize builds (default: CPU count + 1)")
     build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     _cache_arguments(build)
     _chart_arguments(build)
     demo = sub.add_parser("demo", help="review the bundled example's CDI fix as a PR: the incident, and what the fix changes")
     demo.add_argument("--example", type=Path, help="the bundled example (default: examples/home-ops, from the Fluxwarden checkout)")
-    demo.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    _render_arguments(demo, config=False)
     serve = sub.add_parser("serve", help="run the GitHub webhook service")
     serve.add_argument("--config", type=Path, help="service configuration (see config/fluxwarden.example.yaml)")
     serve.add_argument("--host", help="listen address (default: config or 0.0.0.0)")
@@ -245,6 +241,13 @@ def _check_kubeconfig(kubeconfig: Path | None) -> None:
             raise UserError("no kubeconfig: no file of $KUBECONFIG exists; pass --kubeconfig FILE")
     elif not (Path.home() / ".kube" / "config").is_file():
         raise UserError("no kubeconfig: $KUBECONFIG is not set and ~/.kube/config does not exist; pass --kubeconfig FILE")
+
+
+def _render_arguments(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    """`--kustomize` for every command that renders; `--config`, a .fluxwarden.yaml in place of the repository's."""
+    parser.add_argument("--kustomize", help="kustomize or kubectl binary (default: $FLUXWARDEN_KUSTOMIZE, PATH, the venv's kubectl)")
+    if config:
+        parser.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's (it may live outside the repo)")
 
 
 def _cache_arguments(parser: argparse.ArgumentParser) -> None:

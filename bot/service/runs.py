@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Awaitable, Callable
 
 from bot.engine.errors import InfraError
@@ -65,7 +66,7 @@ class RunQueue:
         if self._waiting >= self._max_queued:
             return Submitted.QUEUE_FULL
         superseded = current is not None and not current.task.done()
-        if superseded:
+        if current is not None and superseded:
             current.task.cancel()
         self._waiting += 1
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"run {key} {version[:12]}")
@@ -121,10 +122,10 @@ class PrecheckRuns:
         worker frees up: a run still waiting in the queue then survives this process dying (the
         restart/sweep re-runs pending statuses), and a second replica sees the claim.
         """
-        outcome = {}
+        outcome: dict[str, Submitted] = {}
         for cluster in plan.clusters:
             key = PrecheckKey(plan.repo, plan.number, cluster)
-            outcome[cluster] = self.queue.submit(key, plan.version, lambda c=cluster: self.run(plan, c))
+            outcome[cluster] = self.queue.submit(key, plan.version, partial(self.run, plan, cluster))
             if outcome[cluster] in (Submitted.STARTED, Submitted.SUPERSEDED):
                 retrying = self._finalising.pop(key, None)
                 if retrying is not None:

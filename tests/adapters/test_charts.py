@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import tarfile
 import time
 import tracemalloc
@@ -188,7 +187,7 @@ def test_a_damaged_cache_entry_is_fetched_again(repo: ChartRepo, tmp_path: Path)
     repo.log.clear()
     assert ChartFetcher(allow(repo.url), cache).http_chart(repo.url, "demo", "1.0.0") == chart
     assert repo.paths() == ["/index.yaml", "/demo-1.0.0.tgz"]
-    assert not [p for p in (cache / "charts").rglob(".partial-*")]
+    assert not list((cache / "charts").rglob(".partial-*"))
 
 
 def test_mirror_serves_an_air_gapped_fetch_even_offline(repo: ChartRepo, tmp_path: Path) -> None:

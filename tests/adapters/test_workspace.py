@@ -198,7 +198,7 @@ GIT_RULES = [
 
 @pytest.mark.parametrize("root_rules,apps_rules", GIT_RULES, ids=[f"{r!r}+{a!r}" for r, a in GIT_RULES])
 def test_ignore_rules_agree_with_git(tmp_path: Path, root_rules: str, apps_rules: str) -> None:
-    files = {path: "x\n" for path in GIT_FILES}
+    files = dict.fromkeys(GIT_FILES, "x\n")
     files[".gitignore"] = files[".sourceignore"] = root_rules + "\n"
     files["apps/.gitignore"] = files["apps/.sourceignore"] = apps_rules + "\n"
     repo = write_tree(tmp_path / "repo", files)

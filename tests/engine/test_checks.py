@@ -636,7 +636,7 @@ _CHILD_ESCAPED_PATCH = {"patches": [{"target": {"kind": "Kustomization"}, "patch
 CARRIED_CASES = [
     pytest.param(
         # The entry runs no substitution; x's own postBuild substitutes its patch.
-        repo({"x": ks("x", "./x", post_build={"substitute": {"CLUSTER": "dev"}}, **{"patches": [_PATCH_CM]})}, {"x": [cm("x")]}),
+        repo({"x": ks("x", "./x", post_build={"substitute": {"CLUSTER": "dev"}}, patches=[_PATCH_CM])}, {"x": [cm("x")]}),
         set(), ("x", "x", "k", "dev"), id="child-patch-own-postbuild",
     ),
     pytest.param(

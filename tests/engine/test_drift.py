@@ -414,7 +414,7 @@ async def test_secrets_are_compared_by_keys_never_values(tmp_path: Path, live_ke
     fake = converge(FakeKube(), rendered)
     secret = find(fake, "Secret", "db", "apps")
     secret.pop("stringData")
-    secret["data"] = {k: "c29tZXRoaW5nLWVsc2U=" for k in live_keys}  # other values: not drift
+    secret["data"] = dict.fromkeys(live_keys, "c29tZXRoaW5nLWVsc2U=")  # other values: not drift
     secret["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps({"stringData": {"password": SECRET_VALUE}})}
     report = await drift(fake, rendered, tmp_path)
     fields = [i for i in report.items if i.kind == DriftKind.FIELDS_DIFFER]

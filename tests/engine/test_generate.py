@@ -140,7 +140,7 @@ UNSAFE_CASES = {
         "climbs out",
     ),
     "plugin-inline-generator-out": (
-        _k(f"generators:\n- |\n  apiVersion: builtin\n  kind: ConfigMapGenerator\n  metadata: {{name: g}}\n  files: ['{{host}}/secret.txt']\n"),
+        _k("generators:\n- |\n  apiVersion: builtin\n  kind: ConfigMapGenerator\n  metadata: {name: g}\n  files: ['{host}/secret.txt']\n"),
         {},
         "absolute path",
     ),

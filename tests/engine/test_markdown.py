@@ -125,7 +125,7 @@ def hostile_review(cluster: str = "prod"):
 def test_review_comment(cluster: str) -> None:
     r = hostile_review(cluster)
     parts = format_review_markdown([r], link_base="https://github.com/acme/home-ops/blob/abc", marker="fluxwarden:precheck:prod")
-    for n, part in enumerate(parts, 1):
+    for part in parts:
         assert_contained(part, markers=1)
         assert part.startswith("<!-- fluxwarden:precheck:prod")
     multi = format_review_markdown([r, hostile_review("dev")], limit=4000, max_parts=3)

@@ -93,7 +93,7 @@ def test_gotk_sync_patched_by_its_kustomization(tmp_path: Path, binary: Kustomiz
     patch = "- op: add\n  path: /spec/postBuild\n  value:\n    substitute:\n      CLUSTER: dev\n"
     files = bootstrap_files(decryption={"provider": "sops"}, wait=True, prune=False)
     files["clusters/dev/flux-system/kustomization.yaml"] = (
-        kustomization("gotk-sync.yaml") + f"patches:\n- target:\n    kind: Kustomization\n    name: flux-system\n  patch: |\n"
+        kustomization("gotk-sync.yaml") + "patches:\n- target:\n    kind: Kustomization\n    name: flux-system\n  patch: |\n"
         + "".join(f"    {line}\n" for line in patch.splitlines())
     )
     files["clusters/dev/config.yaml"] = dump(obj("v1", "ConfigMap", "cluster", "apps", data={"name": "${CLUSTER}"}))

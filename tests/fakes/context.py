@@ -171,7 +171,7 @@ class RecordingPrechecks:
 
     def schedule(self, plan: PrecheckPlan) -> dict[str, Submitted]:
         self.plans.append(plan)
-        return {cluster: Submitted.STARTED for cluster in plan.clusters}
+        return dict.fromkeys(plan.clusters, Submitted.STARTED)
 
     async def give_up(self, plan: PrecheckPlan, cluster: str) -> None:
         self.given_up.append((plan, cluster))

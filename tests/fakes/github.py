@@ -890,7 +890,7 @@ class FakeGitHub:
             per_page = max(1, min(int(req.query.get("per_page", "30")), 100))
             page = max(1, int(req.query.get("page", "1")))
         except ValueError:
-            raise _invalid("per_page and page must be integers")
+            raise _invalid("per_page and page must be integers") from None
         last = max(1, math.ceil(len(items) / per_page))
         chunk = items[(page - 1) * per_page : page * per_page]
         links = []

@@ -329,7 +329,7 @@ async def test_unreachable_cluster_is_commented_once_per_outage(world: World) ->
     body = issue.body
 
     w.unreachable(True)
-    for hour in range(3):
+    for _ in range(3):
         w.clock.advance(hours=1)
         outcome = await w.runner.run(w.target)
         assert outcome.report.error is not None and outcome.report.items == ()  # not reported as drift

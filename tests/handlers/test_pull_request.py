@@ -89,7 +89,7 @@ async def test_a_retarget_marks_every_verdict_pending_and_reruns(settings: Memor
     plan = await on_pull_request(_retarget(), bot)
     assert isinstance(plan, PrecheckPlan) and plan.clusters == rerun
     assert (plan.base_ref, plan.trigger) == ("main", "pull_request retargeted from release")
-    written = [s for s in github.status_list[HEAD][: len(github.status_list[HEAD]) - len(statuses)]] if HEAD in github.status_list else []
+    written = list(github.status_list[HEAD][: len(github.status_list[HEAD]) - len(statuses)]) if HEAD in github.status_list else []
     assert sorted(s.context for s in written) == marked
     assert all(s.state == "pending" and "judged against release; the PR now targets main" in s.description for s in written)
     # Whatever each context showed before, its newest status is no verdict any more.

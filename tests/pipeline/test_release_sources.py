@@ -22,7 +22,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bot.adapters.github import GitHubAdapter
-from bot.engine.chartsource import Credential, FetchPolicy
+from bot.engine.chartsource import FetchPolicy
 from bot.engine.model import Severity
 from bot.engine.report import format_markdown, format_text
 from bot.engine.rendered import Outcome

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from bot.engine.model import Severity
 from bot.engine.rendered import Outcome

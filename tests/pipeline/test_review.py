@@ -66,7 +66,7 @@ def test_seed_fix_reviewed(seed_pr: tuple[Path, str, str], tmp_path: Path) -> No
     assert transient.severity == Severity.WARNING
     assert transient.kustomization in (TierId("flux-system", "platform-config"), TierId("flux-system", "platform-config-cdi"))
     assert "platform-config" in transient.message and "Ready" in transient.message
-    moves = [c for c in review.diff.moves]
+    moves = list(review.diff.moves)
     assert {c.ref.name for c in moves} == {"longhorn-vm", "longhorn-static"}
     assert all(c.kind == ChangeKind.MOVED and c.from_tier == TierId("flux-system", "platform-config") for c in moves)
     assert TierId("flux-system", "platform-config-cdi") in review.changed_tiers

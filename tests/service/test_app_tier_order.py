@@ -188,7 +188,7 @@ def order_at(origin: Origin, rev: str) -> list[str]:
 
 def diff_lines(origin: Origin, a: str, b: str) -> list[str]:
     out = origin.origin.git.diff(a, b, "--unified=0")
-    return [l for l in out.splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+    return [line for line in out.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,7 +409,7 @@ async def test_the_token_never_reaches_argv_urls_or_logs(harness: Harness, monke
     pushes = [(argv, env) for argv, env in calls if "push" in argv]
     assert pushes, "the fix was pushed through the git adapter"
     header = "Authorization: Basic " + base64.b64encode(f"x-access-token:{BOT_TOKEN}".encode()).decode()
-    for argv, env in pushes:
+    for _, env in pushes:
         assert header in env.values()
     for argv, _ in calls:
         assert not any(BOT_TOKEN in a or "x-access-token" in a for a in argv)

@@ -264,10 +264,10 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
             yield finding(
                 "dependency-not-waited",
                 Severity.WARNING,
-                f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.via.kind} "
-                f"{p.via.name} {NO_READY_CONDITION}, so {p.tier}'s health check may pass before the CRD "
+                f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {_via(p).kind} "
+                f"{_via(p).name} {NO_READY_CONDITION}, so {p.tier}'s health check may pass before the CRD "
                 f"exists and {tier} may fail once (retry after {duration(spec.retry_seconds) if spec else 'its retryInterval'}). "
-                f"Add a healthCheckExprs entry for {p.via.kind} to {p.tier} (e.g. current: \"status.phase == 'Deployed'\")",
+                f"Add a healthCheckExprs entry for {_via(p).kind} to {p.tier} (e.g. current: \"status.phase == 'Deployed'\")",
             )
             return
         if waited:
@@ -283,7 +283,7 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
                 f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} "
                 f"applies {tier} itself, so {tier} reconciles as soon as it is written, before the CRD exists (its "
                 f"dry-run fails and retries until then; wait: true on {p.tier} does not hold it back). Move "
-                f"{p.via.kind} {p.via.name} into a Kustomization of its own with wait: true and add it to {tier}'s dependsOn",
+                f"{_via(p).kind} {_via(p).name} into a Kustomization of its own with wait: true and add it to {tier}'s dependsOn",
             )
             return
         p = dependencies[0]
@@ -291,7 +291,7 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
             "dependency-not-waited",
             Severity.WARNING,
             f"{what} {rely} on {p.tier} for the {gk} CRD, created at run time by {p.description}; {p.tier} has "
-            f"neither wait: true nor a healthChecks entry for {p.via.kind} {p.via.name}, so it reports Ready "
+            f"neither wait: true nor a healthChecks entry for {_via(p).kind} {_via(p).name}, so it reports Ready "
             f"before the CRD exists and {tier} can fail its dry-run",
         )
         return
@@ -302,8 +302,8 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
             "second-order-crd",
             Severity.ERROR,
             f"{what} {need} the {gk} CRD, which is created at run time by {p.description} — in this same tier. "
-            f"Flux dry-runs the whole tier first, the unknown kind aborts it, {p.via.kind} {p.via.name} is never "
-            f"applied, the CRD is never created: {tier} can never converge. Keep {p.via.kind} {p.via.name} in a "
+            f"Flux dry-runs the whole tier first, the unknown kind aborts it, {_via(p).kind} {_via(p).name} is never "
+            f"applied, the CRD is never created: {tier} can never converge. Keep {_via(p).kind} {_via(p).name} in a "
             f"Kustomization with wait: true and move these objects into another one that dependsOn it (not one that "
             f"{tier} applies itself)",
         )
@@ -328,11 +328,19 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
     )
 
 
+def _via(p: Provider) -> ObjectRef:
+    """The object that brings a runtime provider's CRD (a runtime provider always names one)."""
+    assert p.via is not None
+    return p.via
+
+
 def _waited(ctx: CheckContext, tier: TierId, provider: Provider) -> bool:
     """Whether `tier` depends on the provider's tier and that tier health-checks the object that brings
     the CRD (wait: true covers all)."""
+    if provider.tier is None or provider.via is None:
+        return False
     spec = ctx.graph.specs.get(provider.tier)
-    if spec is None or provider.via is None or not ctx.waits_for(tier, provider.tier):
+    if spec is None or not ctx.waits_for(tier, provider.tier):
         return False
     if spec.wait:
         return True

@@ -33,7 +33,7 @@ def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
         tier = ctx.render.tiers.get(tier_id)
         if tier is None or not tier.rendered or tier.spec.kube_config:
             continue
-        for gk, stubs in tier_facts.kinds.items():
+        for stubs in tier_facts.kinds.values():
             for stub in stubs:
                 if stub.ref not in tier_facts.not_applied_over:
                     appliers.setdefault(stub.ref.identity, []).append(f"Kustomization {tier_id}")

@@ -53,7 +53,7 @@ def literal_tokens(manifest: Manifest) -> list[tuple[str, str]]:
 
     A Flux Kustomization's carried fields are left out: they are judged in its own tier's objects.
     """
-    out = []
+    out: list[tuple[str, str]] = []
     is_config = manifest.ref.kind in ("ConfigMap", "Secret") and manifest.ref.group == ""
     is_kustomization = is_flux_kustomization(manifest)
     for path, text in _strings(manifest.body):
@@ -71,7 +71,7 @@ def literal_tokens(manifest: Manifest) -> list[tuple[str, str]]:
 
 
 def _names(tokens: list[tuple[str, str]]) -> set[str]:
-    out = set()
+    out: set[str] = set()
     for _, expression in tokens:
         try:
             out.update(ref.name for ref in find_references(expression))
