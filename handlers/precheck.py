@@ -155,7 +155,8 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
 
 def _stopped(finding: Finding) -> bool:
     """A `render-failed` whose build was stopped by a limit (bot.adapters.kustomize raised BuildStopped), not failed by its input."""
-    return finding.check == "render-failed" and finding.message.startswith(STOPPED_MESSAGES)
+    # The render memory limit is a `render-limit` (it names the number), and no verdict either.
+    return finding.check in ("render-failed", "render-limit") and finding.message.startswith(STOPPED_MESSAGES)
 
 
 def resource_failure(review: ClusterReview) -> str | None:
