@@ -154,7 +154,8 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
 
 def _stopped(finding: Finding) -> bool:
     """A `render-failed` whose build was stopped by a limit (bot.adapters.kustomize raised BuildStopped), not failed by its input."""
-    return finding.check == "render-failed" and finding.cause is Cause.STOPPED
+    # A build stopped by a limit (time, killed, the memory of all renders): no verdict either way.
+    return finding.check in ("render-failed", "render-limit") and finding.cause is Cause.STOPPED
 
 
 def resource_failure(review: ClusterReview) -> str | None:

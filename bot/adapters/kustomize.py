@@ -17,15 +17,22 @@ from pathlib import Path
 from typing import IO
 
 from bot.adapters.cache import BuildCache, versioned_key
+from bot.adapters.memory import LIMIT_PREFIX, RENDERS, Grant, RendersStopped
 from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
-# The Go runtime reserves ~600 MiB of address space at start; 3 GiB caps a runaway build.
-DEFAULT_MEMORY_BYTES = 3 * 1024**3
+# The Go runtime reserves ~600 MiB of address space at start: a build's address space may be the render budget
+# plus that (its RSS is held to the budget by bot/adapters/memory.py; this cap stops a spike between two samples).
+GO_RESERVED_BYTES = 640 * 1024**2
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 # How the messages of a BuildStopped begin (a `render-failed` finding carries only the message): a build
 # stopped by a limit is not a verdict about the PR (handlers/precheck.py).
-STOPPED_MESSAGES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded", "kustomize build cancelled")
+STOPPED_MESSAGES = ("kustomize was killed", "kustomize build timed out", "kustomize output exceeded", "kustomize build cancelled", LIMIT_PREFIX)
+
+
+def memory_cap() -> int:
+    """A build's address-space cap: the render budget plus the Go runtime's reservation."""
+    return RENDERS.limit + GO_RESERVED_BYTES
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,8 @@ def locate_kustomize(explicit: str | None = None) -> KustomizeBinary:
 
 def _clean_env(home: Path) -> dict[str, str]:
     """An environment with nothing from ours: no credentials, no proxies, no plugin or git config."""
+    # Go's soft heap limit: at most 1 GiB, and within the render budget (it collects harder as it nears it).
+    heap = min(1024, RENDERS.limit * 9 // 10 // 2**20)
     return {
         # An empty PATH: kustomize cannot exec git (remote bases) or plugins.
         "PATH": str(home / "empty-path"),
@@ -124,7 +133,7 @@ def _clean_env(home: Path) -> dict[str, str]:
         "HTTP_PROXY": "http://127.0.0.1:9",
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "NO_PROXY": "",
-        "GOMEMLIMIT": "1GiB",
+        "GOMEMLIMIT": f"{heap}MiB",
         # Collect less often (GOMEMLIMIT still bounds the heap): ~15% less CPU per build, measured by bench/run.py.
         "GOGC": "400",
         # One core per build: builds run side by side (one per core, plus one to cover our own parsing), and
@@ -222,6 +231,7 @@ class _Builds:
     def stop(self) -> int:
         """Kill every build running now (process groups) and refuse new ones until `allow`; how many were killed."""
         self.stopping.set()
+        RENDERS.stop()  # no render is admitted any more; Helm workers are closed
         with self._lock:
             live = list(self._live)
         for proc in live:
@@ -230,14 +240,20 @@ class _Builds:
 
     def allow(self) -> None:
         self.stopping.clear()
+        RENDERS.allow()
 
 
 BUILDS = _Builds()
 
 
 def stop_builds() -> int:
-    """Shutting down: kill the kustomize builds in flight and refuse new ones (they fail as BuildStopped)."""
+    """Shutting down: kill the kustomize builds in flight and the Helm workers, and refuse new renders (BuildStopped)."""
     return BUILDS.stop()
+
+
+def stopping() -> bool:
+    """Whether the process is shutting down (renders refused): long loops of Python work check it and stop."""
+    return BUILDS.stopping.is_set()
 
 
 def allow_builds() -> None:
@@ -251,30 +267,39 @@ def run_build(
     *,
     sandbox_home: Path,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    memory_bytes: int | None = None,
     max_output: int = MAX_OUTPUT_BYTES,
 ) -> str:
-    """Run kustomize build on `directory`; raise RenderError with kustomize's (unsanitised) message on failure."""
+    """Run kustomize build on `directory` once the render budget admits it; raise RenderError with kustomize's
+    (unsanitised) message on failure, BuildStopped when a limit or shutdown stopped it."""
     if BUILDS.stopping.is_set():
         raise BuildStopped("kustomize build cancelled: the service is shutting down")
     sandbox_home.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        binary.argv(str(directory)),
-        cwd=directory,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_clean_env(sandbox_home),
-        start_new_session=True,  # its own process group: a timeout also kills what a wrapper script started
-    )
-    BUILDS.started(proc)
     try:
-        return _finish_build(proc, timeout=timeout, memory_bytes=memory_bytes, max_output=max_output)
-    finally:
-        BUILDS.ended(proc)
+        with RENDERS.admit("kustomize") as grant:
+            if BUILDS.stopping.is_set():
+                raise BuildStopped("kustomize build cancelled: the service is shutting down")
+            proc = subprocess.Popen(
+                binary.argv(str(directory)),
+                cwd=directory,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_clean_env(sandbox_home),
+                start_new_session=True,  # its own process group: a timeout also kills what a wrapper script started
+            )
+            BUILDS.started(proc)
+            grant.attach(proc.pid, lambda: _kill_group(proc))
+            try:
+                cap = memory_cap() if memory_bytes is None else memory_bytes
+                return _finish_build(proc, timeout=timeout, memory_bytes=cap, max_output=max_output, grant=grant)
+            finally:
+                BUILDS.ended(proc)
+    except RendersStopped:
+        raise BuildStopped("kustomize build cancelled: the service is shutting down") from None
 
 
-def _finish_build(proc: subprocess.Popen, *, timeout: float, memory_bytes: int, max_output: int) -> str:
+def _finish_build(proc: subprocess.Popen, *, timeout: float, memory_bytes: int, max_output: int, grant: Grant | None = None) -> str:
     """Cap, read and wait for a started build; raise RenderError (BuildStopped when a limit or shutdown stopped it)."""
     # The cap is set right after the spawn, not in a preexec_fn: a preexec_fn forces a full fork() of
     # this (large) process under the GIL, while without one CPython can vfork. A build cannot grow to
@@ -329,6 +354,8 @@ def _finish_build(proc: subprocess.Popen, *, timeout: float, memory_bytes: int, 
         raise BuildStopped("kustomize build cancelled: the service is shutting down")
     if too_big.is_set():
         raise BuildStopped(f"kustomize output exceeded {max_output // (1024 * 1024)} MiB")
+    if code < 0 and grant is not None and grant.over is not None:
+        raise BuildStopped(grant.refusal())
     if code < 0:
         raise BuildStopped(f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)")
     if code != 0:

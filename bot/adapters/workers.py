@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 from queue import SimpleQueue
 from typing import Any, Callable
 
+from bot.adapters.memory import RENDERS, RenderBudget, RendersStopped, rss_of
 from bot.engine.errors import InfraError
 
 # Spawn only: a forked child of a process that loaded the Go runtime (the Helm SDK) inherits its threads'
@@ -24,7 +25,6 @@ from bot.engine.errors import InfraError
 _CONTEXT = multiprocessing.get_context("spawn")
 POLL_SECONDS = 0.05  # how often a task's RSS and deadline are checked
 DEFAULT_MAX_RESULT = 256 * 1024**2  # a result larger than this, pickled, is refused (the bot's own RSS)
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -50,15 +50,6 @@ class WorkerPoolClosed(WorkerError):
 
 class WorkerTaskError(WorkerError):
     """The task raised an exception that cannot cross the process boundary; its type and message are kept."""
-
-
-def rss_of(pid: int) -> int | None:
-    """Resident set size of a process in bytes (Linux /proc/<pid>/statm), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -165,6 +156,7 @@ class WorkerPool:
         recycle_after: int,
         recycle_rss: int,
         max_result: int = DEFAULT_MAX_RESULT,
+        budget: RenderBudget | None = RENDERS,
     ) -> None:
         if size < 1 or recycle_after < 1:
             raise ValueError("a worker pool needs size >= 1 and recycle_after >= 1")
@@ -181,6 +173,11 @@ class WorkerPool:
         self._closed = False
         self._keeper: threading.Thread | None = None
         self._requests: SimpleQueue[Future[_Worker] | None] = SimpleQueue()
+        # Tasks are admitted by the process-wide render budget (bot/adapters/memory.py), which counts our workers,
+        # idle ones too, and closes the pool at shutdown. None: only this pool's own bounds.
+        self.budget = budget
+        if budget is not None:
+            budget.register(self)
 
     # -- the public API ------------------------------------------------------------------------------------
 
@@ -194,14 +191,29 @@ class WorkerPool:
         deadline_after = self.task_timeout if timeout is None else timeout
         bound = self.max_task_rss if max_rss is None else max_rss
         with self._slots:
-            worker = self._checkout()
-            try:
-                reply = self._exchange(worker, payload, time.monotonic() + deadline_after, bound, deadline_after)
-            except BaseException:
-                self._discard(worker)
-                raise
-            self._checkin(worker)
-        return _unwrap(reply, worker.pid)
+            if self.budget is None:
+                reply, pid = self._call(payload, deadline_after, bound)
+            else:
+                try:
+                    with self.budget.admit("worker") as grant:
+                        # A task's worker may not outgrow the whole budget either (the pool's own watchdog kills it).
+                        reply, pid = self._call(payload, deadline_after, min(bound, self.budget.limit), grant)
+                except RendersStopped:
+                    raise WorkerPoolClosed("the service is shutting down") from None
+        return _unwrap(reply, pid)
+
+    def _call(self, payload: bytes, timeout: float, bound: int, grant: Any = None) -> tuple[Any, int]:
+        worker = self._checkout()
+        if grant is not None:
+            # Measured by the budget, killed by our own watchdog (WorkerMemoryExceeded names the bound).
+            grant.attach(worker.pid, lambda: None, tree=False)
+        try:
+            reply = self._exchange(worker, payload, time.monotonic() + timeout, bound, timeout)
+        except BaseException:
+            self._discard(worker)
+            raise
+        self._checkin(worker)
+        return reply, worker.pid
 
     def total_rss(self) -> int:
         """Resident memory of every live worker, in bytes (for a memory-budget scheduler)."""

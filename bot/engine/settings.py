@@ -123,6 +123,22 @@ class Backoff:
         return min(max(self.first, 0.0) * 2 ** min(attempt, 32), self.most)
 
 
+# The bot's own resident peak next to its renders: ~1 GiB on a 3,000-Kustomization PR (issue 23). A pod's memory
+# limit must hold it, `Limits.render_memory` and a tenth for headroom.
+SERVICE_MEMORY = 1024**3
+_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "K": 10**3, "M": 10**6, "G": 10**9}
+
+
+def parse_bytes(raw: Any, where: str) -> int:
+    """A size as Kubernetes writes one (`1536Mi`, `2Gi`) or a number of bytes; ConfigError otherwise."""
+    text = str(raw).strip()
+    digits = text.rstrip("KMGi")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS or int(digits) <= 0:
+        raise ConfigError(f"{where} must be a size such as 1536Mi or 2Gi (got {text[:40]!r})")
+    return int(digits) * _UNITS[unit]
+
+
 @dataclass(frozen=True)
 class Limits:
     """Bounds on concurrent work."""
@@ -138,6 +154,9 @@ class Limits:
     # The reads a command waits on (the commenter's permission, the PR) are tried again with the same backoff
     # on a GitHub fault (5xx, timeout) for this long before the reply says "please try again".
     read_retry_seconds: float = 120.0
+    # What all renders together (kustomize builds and Helm workers) may hold resident, measured (bot/adapters/memory.py).
+    # The shipped pod's 3 GiB (deploy/deployment.yaml) keep the rest for the bot's own heap (SERVICE_MEMORY) and headroom.
+    render_memory: int = 1536 * 1024**2
 
     @property
     def backoff(self) -> Backoff:

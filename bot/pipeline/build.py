@@ -8,13 +8,14 @@ import os
 import posixpath
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from bot.adapters.kustomize import KustomizeBinary, run_build
+from bot.adapters.memory import LIMIT_PREFIX
 from bot.adapters.workspace import Snapshot, write_build_root
 from bot.engine.errors import BuildStopped, InputError, LimitError, RenderError
 from bot.engine.facts import ObjectStub
@@ -152,6 +153,9 @@ class TierBuilder:
             text = run_build(self.binary, build_dir, sandbox_home=self.work / "home", timeout=self.timeout)
         except RenderError as exc:
             message, location = self.sanitise(str(exc), workdir), spec.origin
+            if message.startswith(LIMIT_PREFIX):  # it cannot be rendered within the memory of all renders: no verdict
+                stopped = replace(render_limit(tier, message, location), cause=Cause.STOPPED)
+                return RawTier(spec, inputs=inputs, failed=True, findings=(stopped,))
             repeated = find_duplicate_key(message, files, self.snapshot.read_text)  # kustomize names no file for it
             if repeated is not None:
                 message, location = f"{message} (in {repeated[0]}, line {repeated[1]})", SourceLocation(*repeated)

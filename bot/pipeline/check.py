@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.adapters.memory import check_stop
 from bot.engine.bootstrap import Bootstrap, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.engine.checks import CheckContext, run_checks
 from bot.engine.config import RepoConfig, cluster_entry, known_clusters
@@ -117,6 +118,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     facts = FactsStore(knowledge, cache, renderer.memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
+    check_stop()
     tier_facts = facts.of_render(render)
     if renderer.charts is not None:
         render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed)
@@ -134,6 +136,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
             for name, path in sorted(known_clusters(config, snapshot).items())
             if name != cluster
         }
+        check_stop()
         providers = ProviderIndex(render, knowledge, tier_facts) if live is None else LiveProviderIndex(render, knowledge, live, tier_facts)
         present = discover_bootstrap(snapshot, config, render, tier_facts, knowledge) if bootstrap else Bootstrap()
         ctx = CheckContext(
@@ -146,6 +149,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
             locate=renderer.locate,
             bootstrap=present,
         )
+        check_stop()
         findings = [
             *render.findings, *run_checks(ctx), *unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
             *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),

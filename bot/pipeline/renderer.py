@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
+from bot.adapters.memory import check_stop
 from bot.adapters.workspace import Snapshot
 from bot.engine.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place
 from bot.engine.config import CONFIG_FILE, RepoConfig
@@ -272,6 +273,7 @@ class _ClusterPass:
             with ThreadPoolExecutor(max_workers=renderer.jobs, thread_name_prefix="render") as self.pool:
                 self._schedule(self.entry_spec)
                 while self.outstanding or self.built or self.waiting:
+                    check_stop()  # shutting down: no more tiers are finished or scheduled
                     if not (self.outstanding or self.built):  # only tiers on artifacts no tier in git generates
                         for spec in self.waiting:
                             self._not_rendered(spec, f"{spec.id} applies {spec.source}, which no ArtifactGenerator in git produces; its content is not rendered")
@@ -301,7 +303,11 @@ class _ClusterPass:
             self.done.put(future)
         else:
             assert self.pool is not None
-            self.pool.submit(self.renderer.build_tier, spec).add_done_callback(self.done.put)
+            self.pool.submit(self._build, spec).add_done_callback(self.done.put)
+
+    def _build(self, spec: TierSpec) -> RawTier:
+        check_stop()  # a build queued before shutdown began does not start
+        return self.renderer.build_tier(spec)
 
     def _admit(self, spec: TierSpec) -> bool:
         """Schedule a discovered tier, or say why its content is not rendered; False: its artifact is not known yet."""
@@ -349,6 +355,7 @@ class _ClusterPass:
             raw = self.built[tid]
             if self.outstanding and not sources_present(raw.spec, self.objects):
                 continue  # its substituteFrom may be rendered by a tier still building
+            check_stop()
             del self.built[tid]
             rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only)
             if tid == self.entry_spec.id:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bot.adapters import git as gitrepo
+from bot.adapters.memory import check_stop
 from bot.engine.coldstart import compare
 from bot.engine.config import CONFIG_FILE, RepoConfig, load_repo_config
 from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
@@ -85,7 +86,9 @@ def review_repository(
             run.charts.fix_source_hosts(())  # a base without a render names no host: the head never adds any
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
+        check_stop()
         head_side = analyse(head_renderer, cluster, live=live, bootstrap=options.bootstrap, changed=changed)
+        check_stop()
         review = _review(cluster, base_sha, head_sha, base_side, head_side, changed, live, fetch_objects)
         return with_config_notice(review) if config_from_base and CONFIG_FILE in changed else review
 

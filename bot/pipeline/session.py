@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bot.adapters.cache import BuildCache, cache_budget
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_version
+from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
 from bot.engine.config import RepoConfig, snapshot_config
 from bot.engine.discovery import RenderLimits
@@ -98,15 +99,30 @@ class Run:
         return Session.of(snapshot, self.binary, self.options, cache=self.cache, config=config, memo=self.memo, charts=self.charts)
 
 
+_WORK_DIRS: set[str] = set()  # the scratch directories of the runs in progress (set.add/discard are atomic)
+
+
+def work_dirs() -> list[str]:
+    """The scratch directories of the runs in progress (a shutdown that cannot wait for a run removes them itself)."""
+    return sorted(_WORK_DIRS)
+
+
 @contextmanager
 def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarden-") -> Iterator[Run]:
     """A run with `options.cache_dir`'s cache (None: none): kustomize located, its scratch directory removed at the end."""
     binary = locate_kustomize(options.kustomize)
-    with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:
-        charts = ChartStage(options.charts, options.cache_dir, cache, binary, Path(tmp)) if options.charts.render else None
-        if charts is not None:
-            stack.callback(charts.close)
-        yield Run(binary, cache, options, Path(tmp), stack, charts=charts)
+    try:
+        with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:
+            _WORK_DIRS.add(tmp)
+            stack.callback(_WORK_DIRS.discard, tmp)
+            charts = ChartStage(options.charts, options.cache_dir, cache, binary, Path(tmp)) if options.charts.render else None
+            if charts is not None:
+                stack.callback(charts.close)
+            yield Run(binary, cache, options, Path(tmp), stack, charts=charts)
+    finally:
+        # A big run leaves the heap's freed pages mapped (glibc keeps them): give them back, so a long-lived
+        # replica returns near its idle size.
+        release_free_memory()
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,9 +20,11 @@ from aiohttp import web
 from bot.adapters.git import Mirrors
 from bot.adapters.github import GitHubAdapter
 from bot.adapters.kustomize import allow_builds, locate_kustomize, stop_builds
+from bot.adapters.memory import set_render_memory
 from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine.errors import FluxwardenError
 from bot.pipeline.check import CheckOptions
+from bot.pipeline.session import work_dirs
 from bot.service.claims import CLAIM_GRACE, Claims, pod_of
 from bot.service.live import KubeLive
 from bot.service.leader import LeaderElector, build_elector, replica_identity
@@ -37,8 +40,10 @@ from handlers.registry import check_registry
 from handlers.restart import resume_pending, sweep_own, sweep_pending
 
 log = logging.getLogger(__name__)
-SHUTDOWN_TIMEOUT = 10.0  # seconds aiohttp waits for HTTP requests in progress on SIGTERM (webhooks answer at once)
-THREADS_GRACE = 10.0  # seconds the review threads of cancelled runs get to end once their builds are killed
+# deploy/deployment.yaml terminationGracePeriodSeconds: kubelet SIGKILLs the pod this long after SIGTERM.
+GRACE_SECONDS = 30.0
+EXIT_MARGIN = 5.0  # of the grace, kept for the interpreter's exit: threads still running then are abandoned
+SHUTDOWN_TIMEOUT = 5.0  # seconds aiohttp waits for HTTP requests in progress on SIGTERM (webhooks answer at once)
 STALE_WORK_DIR_MIN = 1800.0  # a /tmp/fluxwarden-* directory is stale after max(2 × run_timeout, this)
 
 
@@ -54,6 +59,8 @@ class Service:
     drift: DriftScheduler | None = None  # scheduled drift reports (None: no cluster has them)
     leader: LeaderElector | None = None  # when leader_election.enabled (docs/high-availability.md)
     _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
+    stopping_since: float | None = None  # time.monotonic() when shutdown began (SIGTERM)
+    _killed: int = 0  # renders killed at shutdown
 
     @property
     def is_leader(self) -> bool:
@@ -62,6 +69,7 @@ class Service:
 
     def app(self) -> web.Application:
         app = self.webhook.app()
+        app.on_shutdown.append(self._begin_shutdown)  # first: nothing new starts once SIGTERM arrived
         app.on_startup.append(self._startup)
         app.on_startup.append(self._start_leader)
         app.on_shutdown.append(self._stop_leader)  # before on_cleanup cancels runs: jobs stop, the Lease is released
@@ -72,15 +80,29 @@ class Service:
         app.on_cleanup.append(self._stop_builds)  # last: the runs are cancelled by now, their results unwanted
         return app
 
+    @property
+    def exit_deadline(self) -> float:
+        """When the threads of cancelled runs are given up on (time.monotonic()): within the pod's grace period."""
+        return (self.stopping_since if self.stopping_since is not None else time.monotonic()) + GRACE_SECONDS - EXIT_MARGIN
+
+    async def _begin_shutdown(self, _: web.Application) -> None:
+        """SIGTERM: no run, kustomize build or Helm render starts from now on; the runs are cancelled (each marks its
+        status interrupted, for the next start to re-run) and their builds and Helm workers killed.
+
+        All before any await: a run whose review ends now must not write a verdict computed with killed builds."""
+        self.stopping_since = time.monotonic()
+        self.webhook.stop_handlers()
+        self.runs.queue.stop()
+        self._killed = stop_builds()  # the review threads see it too and stop between two steps (check_stop)
+
     async def _stop_builds(self, _: web.Application) -> None:
-        """Kill the kustomize builds of the cancelled runs, so that their threads end and the process exits
-        within the pod's grace period, instead of building every remaining tier first."""
-        killed = stop_builds()
-        deadline = time.monotonic() + THREADS_GRACE
-        while self.runs.precheck.reviewing and time.monotonic() < deadline:
+        """Wait (within the grace period) for the threads of the cancelled runs to stop."""
+        killed = self._killed + stop_builds()
+        while self.runs.precheck.reviewing and time.monotonic() < self.exit_deadline:
             await asyncio.sleep(0.05)
         log.info("shutdown: %d kustomize build(s) killed, %d review thread(s) still running", killed, self.runs.precheck.reviewing)
-        allow_builds()  # this process is done; an in-process successor (tests) builds again
+        if not self.runs.precheck.reviewing:
+            allow_builds()  # this process is done; an in-process successor (tests) renders again
 
     async def _start_sweep(self, _: web.Application) -> None:
         """Without leader election this replica is alone: it sweeps its own stale pending statuses."""
@@ -125,6 +147,7 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
 
     `should_run` gates scheduled jobs (drift reports): leader election passes `elector.is_leader`."""
     check_registry()  # a command the parser knows without a handler fails here, not in a comment
+    set_render_memory(config.limits.render_memory)
     metrics = new_metrics()
     adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
     git = Mirrors(config.cache_dir / "mirrors", credentials=adapter.installation_token)
@@ -217,7 +240,7 @@ async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
 
 
 def serve(config: ServiceConfig) -> None:
-    """Run the service until interrupted (SIGTERM: runs cancelled, builds killed, exit within SHUTDOWN_TIMEOUT + THREADS_GRACE)."""
+    """Run the service until interrupted (SIGTERM: runs cancelled, renders killed, exit within GRACE_SECONDS - EXIT_MARGIN)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config.cache_dir.mkdir(parents=True, exist_ok=True)
     removed = clean_stale_work_dirs(Path(tempfile.gettempdir()), max(2 * config.limits.run_timeout, STALE_WORK_DIR_MIN))
@@ -225,6 +248,25 @@ def serve(config: ServiceConfig) -> None:
         log.info("removed %d stale work directorie(s) a previous process left in %s", len(removed), tempfile.gettempdir())
     service = build_service(config)
     web.run_app(service.app(), host=config.host, port=config.port, access_log=None, print=lambda *_: None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    leave(service.exit_deadline)
+
+
+def leave(deadline: float) -> None:
+    """Exit by `deadline` (time.monotonic()): the interpreter would wait for every worker thread, and a thread deep
+    in a step of Python work that never checks the stop flag would hold the pod past its grace period. Such threads
+    are abandoned: their scratch directories are removed here (the cache is written atomically: nothing partial is
+    readable), and the process ends without waiting."""
+    busy = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    for thread in busy:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in busy if t.is_alive()]
+    if not left:
+        return
+    for directory in work_dirs():
+        shutil.rmtree(directory, ignore_errors=True)
+    log.warning("shutdown: %d thread(s) still running at the end of the grace period (%s); exiting without them", len(left), ", ".join(left))
+    logging.shutdown()
+    os._exit(0)
 
 
 def clean_stale_work_dirs(tmp: Path, older_than: float) -> list[str]:

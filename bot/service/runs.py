@@ -38,6 +38,7 @@ class RunQueue:
         self._max_queued = max_queued
         self._runs: dict[JobKey, _Run] = {}
         self._waiting = 0
+        self._stopped = False
 
     @property
     def depth(self) -> int:
@@ -63,7 +64,7 @@ class RunQueue:
         current = self._runs.get(key)
         if current is not None and current.version == version and not current.task.done():
             return Submitted.COALESCED
-        if self._waiting >= self._max_queued:
+        if self._waiting >= self._max_queued or self._stopped:
             return Submitted.QUEUE_FULL
         superseded = current is not None and not current.task.done()
         if current is not None and superseded:
@@ -96,10 +97,15 @@ class RunQueue:
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
 
-    async def close(self) -> None:
-        """Cancel what is still running."""
+    def stop(self) -> None:
+        """Shutting down: cancel every run now and refuse new ones (synchronously: no run resumes with a result after this)."""
+        self._stopped = True
         for run in self._runs.values():
             run.task.cancel()
+
+    async def close(self) -> None:
+        """Cancel what is still running."""
+        self.stop()
         await asyncio.gather(*(r.task for r in self._runs.values()), return_exceptions=True)
 
 

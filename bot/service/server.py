@@ -152,6 +152,11 @@ class WebhookApp:
             await asyncio.wait(list(self._tasks), timeout=timeout)
         await self.queue.drain(timeout=timeout)
 
+    def stop_handlers(self) -> None:
+        """Shutting down: cancel the handlers still running (a delivery's work is re-done by the next start)."""
+        for task in list(self._tasks):
+            task.cancel()
+
     async def _cleanup(self, _: web.Application) -> None:
         for task in list(self._tasks):
             task.cancel()

@@ -16,7 +16,7 @@ from bot.engine.chartsource import Credential, FetchPolicy
 from bot.engine.errors import ConfigError, InputError
 from bot.engine.settings import (
     ChartCredentialSpec, ChartSettings, DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_chart_settings,
-    parse_git_identity, parse_leader_election, parse_repo,
+    parse_bytes, parse_git_identity, parse_leader_election, parse_repo,
 )
 from bot.engine.yamlio import load_one
 from bot.pipeline.releases import ChartOptions
@@ -105,6 +105,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
         max_body_bytes=int(limits_doc.get("max_body_bytes", Limits.max_body_bytes)),
         final_retry_seconds=float(limits_doc.get("final_retry_seconds", Limits.final_retry_seconds)),
         read_retry_seconds=float(limits_doc.get("read_retry_seconds", Limits.read_retry_seconds)),
+        render_memory=parse_bytes(env.get("FLUXWARDEN_RENDER_MEMORY") or limits_doc.get("render_memory", Limits.render_memory), "limits.render_memory"),
     )
     listen = doc.get("listen") or {}
     repos = tuple(parse_repo(r) for r in doc.get("repos") or [])

@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from tests.fluxrepo import dump, obj
+from tests.fluxrepo import dump, ks, obj
 from tests.hardening.harness import (
     BOT,
     BOT_TOKEN,
@@ -394,6 +394,71 @@ async def test_a_self_recreating_kustomization_is_bounded(origin: Origin, fake, 
         record_figure("self_recreating_kustomization_cache_mib", cache / 2**20, "MiB")
         assert rss < 400 * 2**20 and cache < 50 * 2**20
         assert await replica.stop(signal.SIGTERM) == 0
+    finally:
+        if replica.proc is not None and replica.proc.returncode is None:
+            await replica.stop(signal.SIGKILL)
+
+
+def cpu_bound_pull(origin: Origin, tmp_path: Path, tiers: int, per_tier: int) -> tuple[str, Path, Path]:
+    """A PR whose render is Python work: `tiers` Kustomizations whose (fake) builds each print `per_tier` ConfigMaps at once.
+
+    What made the issue's 100,000-file PR CPU-bound is the bot's own share: parsing, substituting and stamping every
+    document, then the facts and checks of every tier. kustomize here is `sed` over a prepared stream (milliseconds);
+    the entry tier is built by the real kubectl. Every start is logged with its wall-clock time.
+    """
+    files = {f"clusters/prod/tier-{i:03d}.yaml": dump(ks(f"tier-{i:03d}", f"./tiers/tier-{i:03d}")) for i in range(tiers)}
+    files |= {f"tiers/tier-{i:03d}/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n" for i in range(tiers)}
+    files["clusters/prod/kustomization.yaml"] = (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [apps.yaml"
+        + "".join(f", tier-{i:03d}.yaml" for i in range(tiers)) + "]\n"
+    )
+    head = origin.pull(1, files)
+    stream = tmp_path / "tier-stream.yaml"
+    stream.write_text("---\n".join(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: TIER-cm-{j}\n  namespace: TIER\n  labels: {{app: TIER, n: \"{j}\"}}\ndata:\n  k: v{j}\n"
+        for j in range(per_tier)
+    ))
+    starts = tmp_path / "kustomize-starts"
+    script = kustomize_wrapper(tmp_path, "cpu", (
+        f"echo \"$$ $(/bin/date +%s.%N)\" >> {starts}\n"
+        'case "$2" in\n'
+        f'  */tiers/*) /bin/sed "s/TIER/$(/usr/bin/basename "$2")/g" {stream} ;;\n'
+        '  *) real "$@" ;;\n'
+        "esac\n"
+    ))
+    return head, script, starts
+
+
+async def test_sigterm_during_a_cpu_bound_review_exits_within_the_grace_period(origin: Origin, fake, tmp_path: Path) -> None:
+    """Issue 23: on a 100,000-file PR the process lived 90-117 s after SIGTERM and started 2 kustomize processes after it.
+
+    Now SIGTERM stops every render at once (the flag the renderer's loops check between steps), the run is cancelled
+    before it can write a verdict, its status is left pending "interrupted" and its work directory removed."""
+    head, script, starts = cpu_bound_pull(origin, tmp_path, tiers=60, per_tier=2000)
+    open_pull(fake, origin, 1, head)
+    replica = Replica("cpu-bound", tmp_path, serve_env(tmp_path, fake, FLUXWARDEN_KUSTOMIZE=str(script)))
+    try:
+        await replica.start(serve_config(tmp_path, origin))
+        await replica.wait_healthy()
+        await deliver(replica, 1, head, origin.main)
+        started = lambda: len(starts.read_text().split("\n")) - 1 if starts.exists() else 0  # noqa: E731
+        assert await wait_for(lambda: started() >= 12, timeout=90), replica.log.read_text()[-3000:]
+        await asyncio.sleep(1.0)  # deep in the head's Python work
+        assert replica.proc is not None and replica.proc.returncode is None
+        assert states(fake, head) == ["pending"], "the render is still under way"
+        wall, sent = time.time(), time.monotonic()
+        code = await replica.stop(signal.SIGTERM)
+        elapsed = time.monotonic() - sent
+        record_figure("sigterm_to_exit_cpu_bound_review_seconds", elapsed, "s")
+        log = replica.log.read_text()
+        assert code == 0, log[-3000:]
+        assert elapsed < 30, f"{elapsed:.1f} s from SIGTERM to exit"
+        after = [line for line in starts.read_text().splitlines() if float(line.split()[1]) > wall]
+        assert not after, f"{len(after)} kustomize process(es) started after SIGTERM"
+        assert states(fake, head) == ["pending", "pending"]
+        assert "interrupted (checker stopped)" in fake.statuses_for(REPO, head)[0].description
+        assert not list((tmp_path / "tmp").glob("fluxwarden-*")), "work directories left behind"
+        assert "Traceback" not in log, log[-3000:]
     finally:
         if replica.proc is not None and replica.proc.returncode is None:
             await replica.stop(signal.SIGKILL)

@@ -90,3 +90,44 @@ def test_the_example_configs_charts_section_loads_as_documented(tmp_path: Path) 
     assert charts.render and not charts.policy.offline and not charts.policy.credentials
     assert charts.policy.allow_hosts == {"charts.internal.example:8443", "ghcr.io"}
     assert dict(charts.policy.mirrors) == {"charts.bitnami.com": "https://nexus.internal.example/repository/bitnami"}
+
+
+# ------------------------------------------------------------------------------------------- render memory, the pod
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pod() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "deploy/deployment.yaml").read_text())["spec"]["template"]["spec"]
+
+
+def test_render_memory_reads_kubernetes_sizes_and_the_environment(tmp_path: Path) -> None:
+    from bot.engine.settings import Limits
+
+    assert load_service_config(None, REQUIRED).limits.render_memory == Limits.render_memory
+    assert load(tmp_path, "limits: {render_memory: 2Gi}\n").limits.render_memory == 2 * 1024**3
+    assert load(tmp_path, "limits: {render_memory: 700Mi}\n", FLUXWARDEN_RENDER_MEMORY="1Gi").limits.render_memory == 1024**3
+    assert load(tmp_path, "limits: {render_memory: 123456789}\n").limits.render_memory == 123456789
+    for bad in ("lots", "-1Gi", "2GB", "0"):
+        with pytest.raises(ConfigError, match="limits.render_memory must be a size"):
+            load(tmp_path, f"limits: {{render_memory: {bad}}}\n")
+
+
+def test_the_shipped_pod_limit_holds_the_render_budget_the_bot_and_headroom() -> None:
+    """deploy/deployment.yaml's memory limit ≥ the default render budget + the bot's own peak + a tenth."""
+    from bot.engine.settings import SERVICE_MEMORY, Limits, parse_bytes
+
+    [container] = [c for c in _pod()["containers"] if c["name"] == "fluxwarden"]
+    limit = parse_bytes(container["resources"]["limits"]["memory"], "the pod's memory limit")
+    assert limit == 3 * 1024**3
+    assert Limits.render_memory + SERVICE_MEMORY <= limit * 0.9
+    assert Limits.render_memory >= 1024**3, "one real 1 GiB kustomize build (GOMEMLIMIT) must fit"
+
+
+def test_the_code_grace_period_is_the_pods() -> None:
+    from bot.service.app import EXIT_MARGIN, GRACE_SECONDS, SHUTDOWN_TIMEOUT
+
+    assert _pod()["terminationGracePeriodSeconds"] == GRACE_SECONDS
+    assert SHUTDOWN_TIMEOUT < GRACE_SECONDS - EXIT_MARGIN
