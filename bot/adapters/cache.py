@@ -28,7 +28,7 @@ from typing import Any
 # tests/adapters/test_cache.py fails when the pipeline comes to import an adapter this list leaves out.
 FINGERPRINTED = (
     "engine", "pipeline", "adapters/cache.py", "adapters/charts.py", "adapters/git.py", "adapters/helm.py", "adapters/kustomize.py",
-    "adapters/sourceignore.py", "adapters/workers.py", "adapters/workspace.py",
+    "adapters/memory.py", "adapters/sourceignore.py", "adapters/workers.py", "adapters/workspace.py",
 )
 
 

@@ -18,7 +18,7 @@ from bot.engine.commands import CommandError, _mask, parse_commands
 from tests.handlers.test_registry import help_text
 from bot.engine.diff import ChangeKind, SecretKeyChanges
 from bot.engine.drift import DriftItem, DriftKind, DriftReport, format_markdown as drift_markdown
-from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, TierId
+from bot.engine.model import Cause, Finding, ObjectRef, Severity, SourceLocation, TierId
 from bot.engine.report import CheckReport, TierSummary, format_markdown
 from bot.engine.review_report import format_review_markdown
 from bot.engine.tierfix import StaleCommit, TierOrderConflict, graph_changes, plan_tier_fix, union_graph
@@ -140,7 +140,7 @@ def test_precheck_comments() -> None:
     assert running.comment[0].startswith("<!-- fluxwarden:precheck:x\\n\\n&lt;!-- fluxwarden:precheck:prod --&gt;")
     assert_contained(error_state(HOSTILE, f"infrastructure error: {HOSTILE}", infrastructure=True).comment[0], markers=1)
     # A build stopped by a limit: the "Not a verdict" banner quotes the tier and the message.
-    stopped = Finding("render-failed", Severity.ERROR, f"kustomize build timed out after 1s {HOSTILE}", HOSTILE_TIER)
+    stopped = Finding("render-failed", Severity.ERROR, f"kustomize build timed out after 1s {HOSTILE}", HOSTILE_TIER, cause=Cause.STOPPED)
     r = review("prod", [], cluster_diff("prod"), [(stopped, True)])
     desired = result_state(r, link_base="https://github.com/acme/home-ops/blob/abc")
     assert desired.status.state == "error" and "Not a verdict" in desired.comment[0]
