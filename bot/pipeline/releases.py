@@ -147,6 +147,9 @@ def render_releases(
     with ThreadPoolExecutor(max_workers=max(1, stage.options.workers * 2), thread_name_prefix="chart") as pool:
         done.update(zip(rest, pool.map(lambda i: one(jobs[i]), rest)))  # type: ignore[arg-type]
     outcomes = [done[i] for i in range(len(jobs))]
+    if stage._pool is not None:
+        # The rest of the run builds with kustomize (other clusters, the other side of a review): one warm worker is enough.
+        stage._pool.trim(1)
     releases: dict[ObjectRef, RenderedRelease] = {}
     unavailable: list[tuple[ReleaseSpec, str, bool]] = []
     for job, (release, release_findings) in zip(jobs, outcomes):
