@@ -68,6 +68,7 @@ class ChartStage:
         self._pool: WorkerPool | None = None
         self._helm: HelmRenderer | None = None
         self.memo: dict[Any, Any] = {}  # this run's packed charts and renders by key (both sides of a review share them)
+        self.keep_warm = 0  # Helm workers kept after a release stage: 1 while another side of a review is to come
 
     @property
     def fetcher(self) -> ChartFetcher:
@@ -148,8 +149,8 @@ def render_releases(
         done.update(zip(rest, pool.map(lambda i: one(jobs[i]), rest)))  # type: ignore[arg-type]
     outcomes = [done[i] for i in range(len(jobs))]
     if stage._pool is not None:
-        # The rest of the run builds with kustomize (other clusters, the other side of a review): one warm worker is enough.
-        stage._pool.trim(1)
+        # What follows builds with kustomize (other clusters' graphs): idle workers would only add to the tree's peak.
+        stage._pool.trim(stage.keep_warm)
     releases: dict[ObjectRef, RenderedRelease] = {}
     unavailable: list[tuple[ReleaseSpec, str, bool]] = []
     for job, (release, release_findings) in zip(jobs, outcomes):
