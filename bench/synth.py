@@ -519,13 +519,13 @@ def bump_chart(root: Path, chart: str, *, commit: bool = False) -> str:
     directory = Path(root) / "charts" / chart
     meta = directory / "Chart.yaml"
     text = meta.read_text(encoding="utf-8")
-    match = re.search(r"^version: (\d+)\.(\d+)\.(\d+)$", text, re.M)
+    match = re.search(r"^version: (\d+)\.(\d+)\.(\d+)$", text, re.MULTILINE)
     if match is None:
         raise ValueError(f"charts/{chart}/Chart.yaml has no version to bump")
     version = f"{match.group(1)}.{match.group(2)}.{int(match.group(3)) + 1}"
     meta.write_text(text[: match.start()] + f"version: {version}" + text[match.end() :], encoding="utf-8")
     text = meta.read_text(encoding="utf-8")
-    app = re.search(r"^appVersion: v?(\d+)\.(\d+)\.(\d+)$", text, re.M)
+    app = re.search(r"^appVersion: v?(\d+)\.(\d+)\.(\d+)$", text, re.MULTILINE)
     if app is not None:  # the image tag defaults to appVersion: the Deployment's image changes too
         bumped = f"appVersion: v{app.group(1)}.{app.group(2)}.{int(app.group(3)) + 1}"
         meta.write_text(text[: app.start()] + bumped + text[app.end() :], encoding="utf-8")

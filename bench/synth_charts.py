@@ -501,7 +501,10 @@ def chart_files(shape: ChartShape, rng: random.Random) -> dict[str, str]:
     if deps:
         chart["dependencies"] = deps
     labels = _COMMON_LABELS if shape.common else _OWN_LABELS
-    sub = lambda text: text.replace("CHART", name)  # noqa: E731
+
+    def sub(text: str) -> str:
+        return text.replace("CHART", name)
+
     files = {
         f"{base}/Chart.yaml": _dump(chart),
         f"{base}/values.yaml": _dump(_default_values(shape, rng)),

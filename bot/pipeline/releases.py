@@ -135,18 +135,24 @@ def render_releases(
     capabilities = api_versions(kube_version, crd_bodies)
     scoped = cluster_scoped_kinds(crd_bodies)
     scope_key = _scope_key(crd_bodies)
-    def one(job: _Job, cached_only: bool = False) -> tuple[RenderedRelease, list[Finding]] | None:
-        return _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped, cached_only=cached_only, scope_key=scope_key)
+
+    def cached(job: _Job) -> tuple[RenderedRelease, list[Finding]] | None:
+        return _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped, cached_only=True, scope_key=scope_key)
+
+    def rendered(i: int) -> tuple[RenderedRelease, list[Finding]]:
+        out = _render_one(jobs[i], objects, stage, snapshot, kube_version, capabilities, scoped, scope_key=scope_key)
+        assert out is not None  # only a cached_only call gives None
+        return out
 
     # A cached render of a chart of this repository is pure Python: done here, since threads would only contend
     # for the GIL; what Helm must render (or a fetch must bring) runs in parallel.
     done: dict[int, tuple[RenderedRelease, list[Finding]]] = {}
     for i, job in enumerate(jobs):
-        if isinstance(job.spec.chart, ChartPlan) and job.spec.chart.kind == "git" and (out := one(job, True)) is not None:
+        if isinstance(job.spec.chart, ChartPlan) and job.spec.chart.kind == "git" and (out := cached(job)) is not None:
             done[i] = out
     rest = [i for i in range(len(jobs)) if i not in done]
     with ThreadPoolExecutor(max_workers=max(1, stage.options.workers * 2), thread_name_prefix="chart") as pool:
-        done.update(zip(rest, pool.map(lambda i: one(jobs[i]), rest)))  # type: ignore[arg-type]
+        done.update(zip(rest, pool.map(rendered, rest)))
     outcomes = [done[i] for i in range(len(jobs))]
     if stage._pool is not None:
         # What follows builds with kustomize (other clusters' graphs): idle workers would only add to the tree's peak.

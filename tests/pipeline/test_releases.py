@@ -192,9 +192,9 @@ def test_a_source_outside_git_is_not_rendered_and_says_so(tmp_path: Path) -> Non
 
 def test_a_git_chart_is_packed_once_per_content_and_a_cached_render_needs_no_worker(tmp_path: Path) -> None:
     from bot.adapters.workspace import build_snapshot
+    from bot.engine.chartrender import ChartRenderRequest, ChartRenderResult
     from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
     from bot.pipeline.releases import ChartOptions, ChartStage, _packed, _render_key, _rendered, pack_chart
-    from bot.engine.chartrender import ChartRenderRequest, ChartRenderResult
 
     repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
     stage = ChartStage(ChartOptions(), None, None)
