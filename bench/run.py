@@ -1,6 +1,7 @@
 """Benchmark `fluxwarden check` on a synthetic repository and print the figures side by side.
 
     python -m bench.run [--tiers 200] [--objects 20000] [--jobs 2] [--cluster dev] [--seed 1] [--repeat 1] [--keep DIR]
+    python -m bench.run --charts [--releases 150] [--repeat 3] ...   # the HelmRelease scenario (charts rendered by Helm)
 
 Each figure is one `measure_*` function that takes the shared `Bench` state and returns table rows
 (and may leave numbers in `bench.results` for later rows). To add a measurement, write a function
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.synth import SynthRepo, generate, touch_one_tier
+from bench.synth import SynthRepo, bump_chart, generate, touch_one_tier
+from bench.synth_charts import SINGLE_RELEASE_CHART
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.pipeline.renderer import default_jobs
 
@@ -379,6 +381,177 @@ def measure_counts(bench: Bench) -> list[Row]:
     ]
 
 
+# -- the charts scenario (--charts) ------------------------------------------------------------------
+
+
+def _children_of() -> dict[int, list[int]]:
+    """Every process's children, from /proc/<pid>/stat (ppid is the 4th field, after the parenthesised name)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        out.setdefault(ppid, []).append(int(entry.name))
+    return out
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes (shared pages divided among their users), from /proc/<pid>/smaps_rollup."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def tree_rss(pid: int) -> tuple[int, int, int]:
+    """(bytes resident in the process tree under and including `pid`, its PSS, processes in it), from /proc."""
+    children = _children_of()
+    total = pss = count = 0
+    stack = [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, ()))
+        try:
+            with open(f"/proc/{current}/statm", "rb") as statm:
+                total += int(statm.read().split()[1]) * page
+                count += 1
+        except (OSError, IndexError, ValueError):
+            continue
+        pss += _pss(current)
+    return total, pss, count
+
+
+def run_sampled(argv: Sequence[str], interval: float = 0.05) -> dict[str, Any]:
+    """Run `argv`; its wall time, exit code, stderr tail and the PEAK RSS of its whole process tree (sampled every 50 ms).
+
+    The sum of the tree's resident sets at each sample (shared pages count once per process: an upper bound);
+    bot + kustomize + Helm workers together, which is what a machine's memory has to hold.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = peak_procs = 0
+    stderr: list[bytes] = []
+    import threading
+
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read() if proc.stderr else b""), daemon=True)
+    reader.start()
+    peak_pss = 0
+    while proc.poll() is None:
+        rss, pss, procs = tree_rss(proc.pid)
+        if rss > peak:
+            peak, peak_procs = rss, procs
+        peak_pss = max(peak_pss, pss)
+        time.sleep(interval)
+    wall = time.perf_counter() - start
+    reader.join(5)
+    return {"wall": wall, "rc": proc.returncode, "stderr": b"".join(stderr).decode(errors="replace")[-800:], "peak_rss": peak, "peak_pss": peak_pss, "peak_procs": peak_procs}
+
+
+def _check_argv(bench: Bench, repo: Path, *extra: str | Path, output: Path | None = None) -> list[str]:
+    return [
+        *_python_for_cli(), "check", "--repo", str(repo), "--cluster", bench.cluster,
+        "--jobs", str(bench.jobs), "--format", "json", "--output", str(output or os.devnull), *map(str, extra),
+    ]
+
+
+def _median_runs(runs: Sequence[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+def measure_charts_cold(bench: Bench) -> list[Row]:
+    """(f) cold `fluxwarden check --no-cache` of the charts repo: wall time and the process tree's peak RSS; medians of --repeat."""
+    runs = []
+    for attempt in range(bench.repeat):
+        result = bench.work / f"charts-cold-{attempt}.json"
+        out = run_sampled(_check_argv(bench, bench.repo.root, "--no-cache", output=result))
+        if out["rc"] not in (0, 1):
+            raise RuntimeError(f"check exited {out['rc']}: {out['stderr'].strip()}")
+        out["report"] = json.loads(result.read_text(encoding="utf-8"))
+        runs.append(out)
+    report = runs[0]["report"]
+    releases = report.get("helmReleases", {})
+    wall, peak = _median_runs(runs, "wall"), _median_runs(runs, "peak_rss")
+    bench.results["charts_cold"] = wall
+    spread = ", ".join(_s(r["wall"]) for r in runs)
+    return [
+        Row(
+            "(f)", "cold check with charts, CLI --no-cache", _s(wall),
+            f"median of {len(runs)} ({spread}); exit {runs[0]['rc']}; {releases.get('rendered', 0)} charts rendered, "
+            f"{releases.get('notRendered', 0)} not; goal <= 30 s ({'met' if wall <= 30 else 'NOT met'})",
+        ),
+        Row(
+            "(f)", "peak RSS of the whole process tree", _mib(int(peak) // 1024),
+            f"median of {len(runs)} ({', '.join(_mib(r['peak_rss'] // 1024) for r in runs)}); sum of RSS over bot + kustomize + "
+            f"Helm workers, sampled every 50 ms ({runs[0]['peak_procs']} processes at the peak); goal <= 400 MiB "
+            f"({'met' if peak <= 400 * 2**20 else 'NOT met'})",
+        ),
+        Row(
+            "(f)", "peak PSS of the whole process tree", _mib(int(_median_runs(runs, "peak_pss")) // 1024),
+            "the same samples, shared pages (the Helm SDK's library, Python's) counted once: what the tree really holds",
+        ),
+    ]
+
+
+def measure_charts_bump(bench: Bench) -> list[Row]:
+    """(f) warm review of a one-chart bump: `check --base HEAD~1 --head HEAD` with a cache a previous run filled."""
+    clone = bench.work / "charts-pr"
+    shutil.copytree(bench.repo.root, clone, symlinks=True)
+    cache = bench.work / "charts-cache"
+    prime = run_sampled(_check_argv(bench, clone, "--base", "HEAD", "--cache-dir", cache))
+    primed = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True).stdout.strip()
+    runs = []
+    for attempt in range(bench.repeat):
+        # A new head each time (one more bump): never a commit whose findings the cache holds.
+        subprocess.run(["git", "reset", "-q", "--hard", primed], cwd=clone, check=True)
+        for _ in range(attempt):
+            bump_chart(clone, SINGLE_RELEASE_CHART)
+        version = bump_chart(clone, SINGLE_RELEASE_CHART, commit=True)
+        result = bench.work / f"charts-bump-{attempt}.json"
+        out = run_sampled(_check_argv(bench, clone, "--base", "HEAD~1", "--head", "HEAD", "--cache-dir", cache, output=result))
+        if out["rc"] not in (0, 1):
+            raise RuntimeError(f"check --base exited {out['rc']}: {out['stderr'].strip()}")
+        out["review"], out["version"] = json.loads(result.read_text(encoding="utf-8")), version
+        runs.append(out)
+    wall = _median_runs(runs, "wall")
+    review = runs[-1]["review"]
+    charts = [r.get("summary", "") for r in review.get("releases", [])] if isinstance(review.get("releases"), list) else []
+    return [
+        Row("(f)", "check --base, empty cache, no change (charts)", _s(prime["wall"]), f"fills the cache; peak tree RSS {_mib(prime['peak_rss'] // 1024)}"),
+        Row(
+            "(f)", "warm one-chart bump review", _s(wall),
+            f"median of {len(runs)} ({', '.join(_s(r['wall']) for r in runs)}); charts/{SINGLE_RELEASE_CHART} -> {runs[-1]['version']}; "
+            f"exit {runs[-1]['rc']}; {len(review.get('changes', []))} object change(s)"
+            + (f"; {charts[0]}" if charts else "")
+            + f"; goal <= 1 s ({'met' if wall <= 1 else 'NOT met'}); peak tree RSS {_mib(int(_median_runs(runs, 'peak_rss')) // 1024)}",
+        ),
+    ]
+
+
+def measure_chart_counts(bench: Bench) -> list[Row]:
+    """(e) what the charts repository holds."""
+    repo = bench.repo
+    per_chart: dict[str, int] = {}
+    for release in repo.releases:
+        per_chart[release.chart] = per_chart.get(release.chart, 0) + 1
+    return [
+        Row("(e)", "tiers / HelmReleases / charts", f"{len(repo.tiers)} / {len(repo.releases)} / {len(repo.charts)}",
+            f"{repo.objects:,} objects in the tier dirs; {sum(r.values_from for r in repo.releases)} with valuesFrom; "
+            + ", ".join(f"{name} x{n}" for name, n in sorted(per_chart.items()))),
+    ]
+
+
+CHART_MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [measure_charts_cold, measure_charts_bump, measure_chart_counts]
+
+
 MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [
     measure_check_in_process,
     measure_check_cli,
@@ -410,13 +583,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--touch", type=int, default=None, help="index of the tier the one-tier PR touches (default: the middle)")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per figure, fastest reported (default 1)")
     parser.add_argument("--keep", type=Path, help="generate here and keep it (must be empty or absent)")
+    parser.add_argument("--charts", action="store_true", help="the HelmRelease scenario: cold check with charts, tree peak RSS, warm one-chart bump")
+    parser.add_argument("--releases", type=int, default=150, help="HelmReleases in the --charts repository (default 150)")
     args = parser.parse_args(argv)
 
     binary = locate_kustomize()
     with tempfile.TemporaryDirectory(prefix="fluxwarden-bench-") as tmp:
         root = args.keep or Path(tmp) / "repo"
         start = time.perf_counter()
-        repo = generate(root, tiers=args.tiers, objects=args.objects, seed=args.seed)
+        repo = generate(root, tiers=args.tiers, objects=args.objects, seed=args.seed, releases=args.releases if args.charts else 0)
         generated_in = time.perf_counter() - start
         if args.cluster not in repo.clusters:
             parser.error(f"--cluster must be one of {', '.join(repo.clusters)}")
@@ -435,11 +610,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"fluxwarden bench: {len(repo.tiers)} tiers, {repo.objects:,} objects, clusters {', '.join(repo.clusters)} "
             f"(checking {args.cluster}; the engine also renders the others for graph-drift), --jobs {bench.jobs}, "
             f"{os.cpu_count()} CPUs, {Path(binary.path).name} (kustomize {binary.version}); generated in {_s(generated_in)}; "
-            f"best of {bench.repeat}; load average {_load()} at start",
+            + (f"{len(repo.releases)} HelmReleases over {len(repo.charts)} charts; medians of {bench.repeat}" if args.charts else f"best of {bench.repeat}")
+            + f"; load average {_load()} at start",
             flush=True,
         )
         rows: list[Row] = []
-        for measure in MEASUREMENTS:
+        for measure in CHART_MEASUREMENTS if args.charts else MEASUREMENTS:
             rows.extend(measure(bench))
         print(format_table(sorted(rows, key=lambda r: r.figure)))  # stable: grouped (a)..(e), in measured order
         print(f"load average {_load()} at the end (other work on the machine slows every figure)")

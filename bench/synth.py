@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from bench import synth_charts
 
 
 class _DUMPER(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
@@ -86,6 +87,8 @@ class SynthRepo:
     wait_tiers: tuple[str, ...]  # tiers with wait: true
     depends_on: dict[str, tuple[str, ...]]
     commit: str  # the git commit holding the tree
+    releases: tuple[synth_charts.ReleasePlan, ...] = ()  # HelmReleases (with releases=N), each in its tier's namespace
+    charts: tuple[str, ...] = ()  # chart directories charts/<name> the releases use
 
     @property
     def entry_objects(self) -> int:
@@ -287,7 +290,7 @@ def _extra(ns: str, k: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": f"robot-{k:02d}", "namespace": ns}}
 
 
-def _tier_files(p: _TierPlan, plans: Sequence[_TierPlan], rng: random.Random) -> dict[str, str]:
+def _tier_files(p: _TierPlan, plans: Sequence[_TierPlan], rng: random.Random, extra: dict[str, str] | None = None) -> dict[str, str]:
     ns = p.name
     files: dict[str, str] = {"namespace.yaml": _dump([_namespace(ns)])}
     used = 1
@@ -314,6 +317,7 @@ def _tier_files(p: _TierPlan, plans: Sequence[_TierPlan], rng: random.Random) ->
             docs += extras
         if docs:
             files[f"apps-{i:02d}.yaml"] = _dump(docs)
+    files.update(extra or {})
     if not p.generated:
         files = {
             "kustomization.yaml": yaml.dump(
@@ -422,8 +426,13 @@ def generate(
     seed: int = 1,
     *,
     git: bool = True,
+    releases: int = 0,
 ) -> SynthRepo:
-    """Write the synthetic repository below `root` (created; must be empty) and commit it."""
+    """Write the synthetic repository below `root` (created; must be empty) and commit it.
+
+    With `releases`, the tiers also apply that many HelmReleases of the charts in `bench/synth_charts.py`
+    (written to `charts/`): objects then counts the HelmReleases, their values ConfigMaps and the operators' CRs too.
+    """
     if tiers < 1:
         raise ValueError("tiers must be at least 1")
     if not clusters or len(set(clusters)) != len(clusters) or "base" in clusters:
@@ -434,11 +443,12 @@ def generate(
     rng = random.Random(seed)
     plans = _plan(tiers, objects, rng)
     files = _cluster_files(tuple(clusters), plans)
+    extras, counts, release_plans, charts = _chart_extras(plans, releases, seed, files)
     tier_objects: dict[str, int] = {}
     for p in plans:
-        for rel, text in _tier_files(p, plans, rng).items():
+        for rel, text in _tier_files(p, plans, rng, extras.get(p.name)).items():
             files[f"tiers/{p.name}/{rel}"] = text
-        tier_objects[p.name] = p.objects
+        tier_objects[p.name] = p.objects + counts.get(p.name, 0)
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -462,7 +472,66 @@ def generate(
         wait_tiers=tuple(p.name for p in plans if p.wait),
         depends_on={p.name: tuple(plans[d].name for d in p.deps) for p in plans},
         commit=commit,
+        releases=tuple(release_plans),
+        charts=charts,
     )
+
+
+def _chart_extras(
+    plans: Sequence[_TierPlan], releases: int, seed: int, files: dict[str, str]
+) -> tuple[dict[str, dict[str, str]], dict[str, int], list[synth_charts.ReleasePlan], tuple[str, ...]]:
+    """The charts (into `files`) and, per tier, the files and object counts its HelmReleases add."""
+    if releases <= 0:
+        return {}, {}, [], ()
+    rng = random.Random(seed * 7919 + 1)  # its own stream: a repository without releases is byte-identical to before
+    names = [p.name for p in plans]
+    release_plans = synth_charts.assign_releases(
+        releases, names, [p.name for p in plans if p.crds], {p.name for p in plans if p.substituted}, rng
+    )
+    used = sorted({r.chart for r in release_plans})
+    for shape in synth_charts.CHARTS:
+        if shape.name in used:
+            files.update(synth_charts.chart_files(shape, rng))
+    docs: dict[str, list[dict[str, Any]]] = {}
+    crs: dict[str, list[dict[str, Any]]] = {}
+    by_name = {p.name: p for p in plans}
+    for release in release_plans:
+        docs.setdefault(release.tier, []).extend(synth_charts.release_docs(release, rng))
+        owner = by_name[release.tier]
+        if any(s.name == release.chart and s.operator for s in synth_charts.CHARTS) and owner.wait:
+            # Its waited tier installs the chart's CRDs: a tier depending on it directly may apply their CRs.
+            for p in plans:
+                if owner.index in p.deps:
+                    crs.setdefault(p.name, []).append(synth_charts.operator_cr(release.chart, p.name, len(crs.get(p.name, ()))))
+    extras: dict[str, dict[str, str]] = {}
+    counts: dict[str, int] = {}
+    for tier, items in docs.items():
+        extras.setdefault(tier, {})["releases.yaml"] = _dump(items)
+        counts[tier] = counts.get(tier, 0) + len(items)
+    for tier, items in crs.items():
+        extras.setdefault(tier, {})["operator-resources.yaml"] = _dump(items)
+        counts[tier] = counts.get(tier, 0) + len(items)
+    return extras, counts, release_plans, tuple(used)
+
+
+def bump_chart(root: Path, chart: str, *, commit: bool = False) -> str:
+    """Bump a chart of the repository (patch version and default image tag), as a chart-bump PR would; its new version."""
+    directory = Path(root) / "charts" / chart
+    meta = directory / "Chart.yaml"
+    text = meta.read_text(encoding="utf-8")
+    match = re.search(r"^version: (\d+)\.(\d+)\.(\d+)$", text, re.MULTILINE)
+    if match is None:
+        raise ValueError(f"charts/{chart}/Chart.yaml has no version to bump")
+    version = f"{match.group(1)}.{match.group(2)}.{int(match.group(3)) + 1}"
+    meta.write_text(text[: match.start()] + f"version: {version}" + text[match.end() :], encoding="utf-8")
+    text = meta.read_text(encoding="utf-8")
+    app = re.search(r"^appVersion: v?(\d+)\.(\d+)\.(\d+)$", text, re.MULTILINE)
+    if app is not None:  # the image tag defaults to appVersion: the Deployment's image changes too
+        bumped = f"appVersion: v{app.group(1)}.{app.group(2)}.{int(app.group(3)) + 1}"
+        meta.write_text(text[: app.start()] + bumped + text[app.end() :], encoding="utf-8")
+    if commit:
+        _commit(Path(root), f"charts/{chart}: bump to {version}")
+    return version
 
 
 def touch_one_tier(root: Path, index: int, *, commit: bool = False) -> str:
@@ -495,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--objects", type=int, default=20000)
     parser.add_argument("--clusters", default="dev,prod", help="comma-separated cluster names (default: dev,prod)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--releases", type=int, default=0, help="HelmReleases of the charts under charts/ (default 0: none)")
     parser.add_argument("--no-git", action="store_true", help="do not git init/commit")
     args = parser.parse_args(argv)
     try:
@@ -505,6 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             clusters=tuple(c for c in args.clusters.split(",") if c),
             seed=args.seed,
             git=not args.no_git,
+            releases=args.releases,
         )
     except ValueError as exc:
         print(f"bench.synth: error: {exc}", file=sys.stderr)
@@ -514,6 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"clusters {', '.join(repo.clusters)}; roots {len(repo.roots)}, CRD tiers {len(repo.crd_tiers)}, "
         f"CR tiers {len(repo.cr_tiers)}, generated kustomization {len(repo.generated_tiers)}, "
         f"substituted {len(repo.substituted_tiers)}, wait {len(repo.wait_tiers)}"
+        + (f"; {len(repo.releases)} HelmReleases over {len(repo.charts)} charts" if repo.releases else "")
         + (f"; commit {repo.commit[:12]}" if repo.commit else "")
     )
     return 0

@@ -76,3 +76,39 @@ def test_touch_one_tier_changes_one_file(tmp_path: Path) -> None:
     touch_one_tier(repo.root, 3, commit=True)  # a second bump, committed: HEAD~1 is the PR's base
     log = subprocess.run(["git", "log", "--format=%H"], cwd=repo.root, capture_output=True, text=True, check=True)
     assert log.stdout.split()[1] == repo.commit
+
+
+def test_the_charts_synth_has_the_size_the_issue_asks_for(tmp_path: Path) -> None:
+    import yaml
+
+    repo = generate(tmp_path / "big", tiers=200, objects=20000, releases=150, git=False)
+    kinds: dict[str, int] = {}
+    for path in (repo.root / "tiers").rglob("releases.yaml"):  # the HelmReleases and their values ConfigMaps
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            if isinstance(doc, dict) and "kind" in doc:
+                kinds[doc["kind"]] = kinds.get(doc["kind"], 0) + 1
+    flux_kustomizations = len(list((repo.root / "clusters" / "base").glob("tier-*.yaml")))
+    assert flux_kustomizations >= 200 and len(repo.tiers) >= 200
+    assert kinds["HelmRelease"] == len(repo.releases) >= 150
+    charts = sorted(p.parent.name for p in (repo.root / "charts").glob("*/Chart.yaml"))
+    assert charts == sorted(repo.charts) and len(charts) >= 10
+    assert {r.chart for r in repo.releases} == set(charts)
+    assert [c for c in charts if len(list((repo.root / "charts" / c / "crds").glob("*.yaml"))) >= 5]  # operators
+    assert [c for c in charts if list((repo.root / "charts" / c / "charts").glob("*/Chart.yaml"))]  # subcharts
+    assert kinds["ConfigMap"] == sum(r.values_from for r in repo.releases) > 0
+    assert repo.objects == sum(repo.tier_objects.values())
+
+
+def test_a_tiny_charts_synth_renders_every_chart_and_checks_clean(tmp_path: Path) -> None:
+    from bench.synth import bump_chart
+    from bench.synth_charts import SINGLE_RELEASE_CHART
+
+    repo = generate(tmp_path / "tiny", tiers=8, objects=120, releases=14, seed=3)
+    report = check_repository(repo.root, "dev", CheckOptions(jobs=2))
+    assert [f"{f.check}: {f.message}" for f in report.findings if f.severity != Severity.INFO] == []
+    assert (report.releases, report.releases_not_rendered) == (len(repo.releases), 0) == (14, 0)
+    # The operators' CRDs (crds/ of a rendered chart) provide the custom resources of the tiers after them.
+    crs = list((repo.root / "tiers").glob("*/operator-resources.yaml"))
+    assert crs
+    version = bump_chart(repo.root, SINGLE_RELEASE_CHART, commit=True)
+    assert f"version: {version}" in (repo.root / "charts" / SINGLE_RELEASE_CHART / "Chart.yaml").read_text()

@@ -12,10 +12,11 @@ import json
 import posixpath
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from bot.adapters.workers import WorkerMemoryExceeded, WorkerPool, WorkerTimeout
+from bot.adapters.workers import WorkerError, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
 from bot.engine.chartrender import (
     ChartRenderFailure,
     ChartRenderRequest,
@@ -61,9 +62,31 @@ class HelmRenderer:
         self.timeout = timeout
         self.max_rss = max_rss
         self.max_output = max_output
+        self._warm_lock = threading.Lock()
+        self._warmed = False
+        self._warm_done = threading.Event()
+
+    def prewarm(self) -> None:
+        """Start one worker and load the SDK into it in the background (once): the first render then skips that wait."""
+        with self._warm_lock:
+            if self._warmed:
+                return
+            self._warmed = True
+        threading.Thread(target=self._warm, name="helm-prewarm", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            self.pool.call(warm_up, timeout=self.timeout, max_rss=self.max_rss)
+        except (WorkerError, HelmSDKError, OSError):
+            pass  # a real render meets the same problem and reports it
+        finally:
+            self._warm_done.set()
 
     def render(self, request: ChartRenderRequest) -> ChartRenderResult | ChartRenderFailure:
         """Render one chart; raises only for infrastructure (WorkerCrashed, WorkerPoolClosed, HelmSDKError)."""
+        if self._warmed:
+            # The worker being warmed is nearly ready: starting another would cost the whole start-up again.
+            self._warm_done.wait(self.timeout)
         try:
             result: ChartRenderResult | ChartRenderFailure = self.pool.call(
                 render_chart, request, self.max_output, timeout=self.timeout, max_rss=self.max_rss
@@ -76,6 +99,13 @@ class HelmRenderer:
 
 
 # -- in the worker ---------------------------------------------------------------------------------------
+
+
+def warm_up() -> bool:
+    """Load the SDK (and with it the Go runtime) into this worker; True when it loaded."""
+    import helm_python  # noqa: F401 - the import is the work
+
+    return True
 
 
 def render_chart(request: ChartRenderRequest, max_output: int) -> ChartRenderResult | ChartRenderFailure:

@@ -226,6 +226,19 @@ class WorkerPool:
         with self._lock:
             return sorted(w.pid for w in self._live if not w.dead)
 
+    def trim(self, keep: int) -> int:
+        """Stop idle workers beyond the `keep` most recently used (the memory of a phase that needs fewer); how many stopped."""
+        with self._lock:
+            cut = len(self._idle) - max(0, keep)
+            if cut <= 0:
+                return 0
+            stopped, self._idle = self._idle[:cut], self._idle[cut:]  # the idle list ends with the most recently used
+            for worker in stopped:
+                self._live.discard(worker)
+        for worker in stopped:
+            worker.kill()
+        return len(stopped)
+
     def close(self) -> None:
         """Kill every worker (busy ones too: their callers get WorkerPoolClosed) and refuse new calls."""
         with self._lock:

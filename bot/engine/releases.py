@@ -83,6 +83,10 @@ def diff_releases(base: ClusterRender | None, head: ClusterRender) -> ReleaseCha
     # could not be fetched on one side says nothing about what the change does to it.
     comparable_old = {ref: r for ref, r in old.items() if r.rendered and (ref not in new or new[ref].rendered)}
     comparable_new = {ref: r for ref, r in new.items() if r.rendered and (ref not in old or old[ref].rendered)}
+    # A release rendered identically on both sides has nothing to show: folding and diffing it was most of a warm review's diff.
+    same = {ref for ref, r in comparable_old.items() if comparable_new.get(ref) == r}
+    comparable_old = {ref: r for ref, r in comparable_old.items() if ref not in same}
+    comparable_new = {ref: r for ref, r in comparable_new.items() if ref not in same}
     base_render = _render_of(base, comparable_old.values()) if base is not None else None
     head_render = _render_of(head, comparable_new.values())
     assert head_render is not None

@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.charts import ChartFetcher
@@ -42,7 +42,7 @@ from bot.engine.config import RepoConfig
 from bot.engine.errors import RenderError
 from bot.engine.facts import TierFacts
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
-from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, api_versions, compose_values, mask_secret_values, release_objects
+from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
 from bot.engine.scope import cluster_scoped_kinds
@@ -89,6 +89,8 @@ class ChartStage:
         self._helm: HelmRenderer | None = None
         self._lock = threading.Lock()
         self._source_hosts: frozenset[str] | None = None
+        self.memo: dict[Any, Any] = {}  # this run's packed charts and renders by key (both sides of a review share them)
+        self.keep_warm = 0  # Helm workers kept after a release stage: 1 while another side of a review is to come
 
     @property
     def source_hosts(self) -> frozenset[str] | None:
@@ -168,11 +170,34 @@ def render_releases(
             findings.append(replace(spec, kustomization=tid))
             continue
         jobs.append(_Job(tid, manifest, spec))
+    if any(job.spec.chart.kind != "git-remote" for job in jobs if not isinstance(job.spec.chart, ChartUnavailable)):
+        stage.helm.prewarm()  # a worker starts while the cache is read: a render that misses does not wait for it
     crd_bodies = [m for key, m in objects.items() if key[0] == "CustomResourceDefinition"]
     capabilities = api_versions(kube_version, crd_bodies)
     scoped = cluster_scoped_kinds(crd_bodies)
+    scope_key = _scope_key(crd_bodies)
+
+    def cached(job: _Job) -> tuple[RenderedRelease, list[Finding]] | None:
+        return _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped, cached_only=True, scope_key=scope_key)
+
+    def rendered(i: int) -> tuple[RenderedRelease, list[Finding]]:
+        out = _render_one(jobs[i], objects, stage, snapshot, kube_version, capabilities, scoped, scope_key=scope_key)
+        assert out is not None  # only a cached_only call gives None
+        return out
+
+    # A cached render of a chart of this repository is pure Python: done here, since threads would only contend
+    # for the GIL; what Helm must render (or a fetch must bring) runs in parallel.
+    done: dict[int, tuple[RenderedRelease, list[Finding]]] = {}
+    for i, job in enumerate(jobs):
+        if isinstance(job.spec.chart, ChartPlan) and job.spec.chart.kind == "git" and (out := cached(job)) is not None:
+            done[i] = out
+    rest = [i for i in range(len(jobs)) if i not in done]
     with ThreadPoolExecutor(max_workers=max(1, stage.options.workers * 2), thread_name_prefix="chart") as pool:
-        outcomes = list(pool.map(lambda job: _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped), jobs))
+        done.update(zip(rest, pool.map(rendered, rest)))
+    outcomes = [done[i] for i in range(len(jobs))]
+    if stage._pool is not None:
+        # What follows builds with kustomize (other clusters' graphs): idle workers would only add to the tree's peak.
+        stage._pool.trim(stage.keep_warm)
     releases: dict[ObjectRef, RenderedRelease] = {}
     unavailable: list[tuple[ReleaseSpec, str, bool]] = []
     for job, (release, release_findings) in zip(jobs, outcomes):
@@ -239,8 +264,14 @@ def _render_one(
     kube_version: str,
     capabilities: tuple[str, ...],
     scoped: Callable[[GroupKind], bool],
-) -> tuple[RenderedRelease, list[Finding]]:
-    """One HelmRelease: its chart fetched (or packed), values composed, rendered (cached), read into objects."""
+    *,
+    cached_only: bool = False,
+    scope_key: str = "",
+) -> tuple[RenderedRelease, list[Finding]] | None:
+    """One HelmRelease: its chart fetched (or packed), values composed, rendered (cached), read into objects.
+
+    `cached_only`: None instead of asking Helm when the render is not cached. `scope_key` names what `scoped` says.
+    """
     spec = job.spec
     base = RenderedRelease(
         ref=spec.ref, tier=job.tier, outcome=Outcome.NOT_RENDERED, location=spec.origin, release_name=spec.release_name, namespace=spec.namespace,
@@ -252,7 +283,7 @@ def _render_one(
     if plan.kind == "git-remote":
         return replace(base, reason=f"the chart is in another Git repository ({plan.url}), which is not fetched"), []
     try:
-        chart = _fetch(plan, stage.fetcher, snapshot)
+        chart = _packed(stage, snapshot, plan.chart) if plan.kind == "git" else _fetch(plan, stage.fetcher, snapshot)
     except ChartFetchError as exc:
         return replace(base, reason=f"{PLAIN_REASONS.get(exc.reason, exc.reason)}: {exc}"), []
     values = compose_values(spec, objects)
@@ -261,7 +292,10 @@ def _render_one(
         archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
         release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
     )
-    result = _rendered(stage, request, chart.digest)
+    key = _render_key(request, chart.digest)
+    result = _rendered(stage, request, key, cached_only)
+    if result is None:
+        return None
     if isinstance(result, ChartRenderFailure):
         failed = replace(base, outcome=Outcome.FAILED, version=chart.version, reason=result.message)
         check = "render-limit" if result.kind in ("timeout", "memory", "output") else "chart-render-failed"
@@ -277,7 +311,16 @@ def _render_one(
     secrets = values.from_secrets
     files = [(path, mask_secret_values(text, secrets) if secrets else text) for path, text in result.manifests]
     label = f"{result.chart_name} {result.chart_version}"
-    objects_of = release_objects(files, result.crds, spec, scoped, chart=label)
+    # Parsing a render's YAML is most of a cache hit: the objects are kept too (this run, then the build cache),
+    # by the render and what else decides them. Never when a Secret's values were masked into them.
+    read = None if secrets else versioned_key(
+        "helm-objects", key, scope_key, label, str(spec.ref), spec.namespace, spec.install_crds, spec.create_namespace, repr(spec.origin)
+    )
+    objects_of = _remembered(stage, read)
+    if not isinstance(objects_of, ReleaseObjects):
+        objects_of = release_objects(files, result.crds, spec, scoped, chart=label)
+        if read is not None:
+            _remember(stage, read, objects_of)
     findings.extend(objects_of.findings)
     release = replace(
         base, outcome=Outcome.RENDERED, chart=result.chart_name, version=result.chart_version,
@@ -304,19 +347,55 @@ def _fetch(plan: ChartPlan, fetcher: ChartFetcher, snapshot: RepoTree) -> Fetche
     )
 
 
-def _rendered(stage: ChartStage, request: ChartRenderRequest, digest: str) -> ChartRenderResult | ChartRenderFailure:
-    """Helm's render of a request, from the cache when the same chart, values and capabilities were rendered before."""
-    key = None
-    if stage.cache is not None:
-        decided = {k: v for k, v in request.__dict__.items() if k != "archive"}
-        key = versioned_key("helm-render", digest, json.dumps(decided, sort_keys=True, default=str))
+def _remembered(stage: ChartStage, key: str | None) -> Any:
+    """The value kept under `key` by this run, else by the build cache; None when neither has it."""
+    if key is None:
+        return None
+    hit = stage.memo.get(key)
+    if hit is None and stage.cache is not None:
         hit = stage.cache.get(key)
         if hit is not None:
-            return hit
+            stage.memo[key] = hit
+    return hit
+
+
+def _remember(stage: ChartStage, key: str, value: Any) -> None:
+    stage.memo[key] = value
+    if stage.cache is not None:
+        stage.cache.put(key, value)
+
+
+def _render_key(request: ChartRenderRequest, digest: str) -> str:
+    """What decides a render: the chart's digest and everything in the request but the archive."""
+    decided = {k: v for k, v in request.__dict__.items() if k != "archive"}
+    return versioned_key("helm-render", digest, json.dumps(decided, sort_keys=True, default=str))
+
+
+def _scope_key(crds: Iterable[Manifest]) -> str:
+    """The cluster-scoped kinds `crds` define (what `cluster_scoped_kinds` adds to the built-ins), as a key."""
+    kinds = set()
+    for crd in crds:
+        spec = crd.body.get("spec")
+        if isinstance(spec, Mapping) and spec.get("scope") == "Cluster":
+            names = spec.get("names")
+            kinds.add((str(spec.get("group")), str(names.get("kind") if isinstance(names, Mapping) else None)))
+    return json.dumps(sorted(kinds))
+
+
+def _rendered(stage: ChartStage, request: ChartRenderRequest, key: str, cached_only: bool = False) -> ChartRenderResult | ChartRenderFailure | None:
+    """Helm's render of a request (`key`: `_render_key`), from the cache when the same chart, values and capabilities were rendered before.
+
+    `cached_only`: None when it is not cached (nothing is rendered).
+    """
+    hit = _remembered(stage, key)
+    if isinstance(hit, (ChartRenderResult, ChartRenderFailure)):
+        return hit
+    if cached_only:
+        return None
     result = stage.helm.render(request)
     # A stopped render (time, memory) may pass on a quieter machine: never remembered.
-    if key is not None and not (isinstance(result, ChartRenderFailure) and result.kind in ("timeout", "memory")):
-        stage.cache.put(key, result)  # type: ignore[union-attr]
+    if not (isinstance(result, ChartRenderFailure) and result.kind in ("timeout", "memory")):
+        _remember(stage, key, result)
     return result
 
 
@@ -356,6 +435,42 @@ def _post_rendered(stage: ChartStage, spec: ReleaseSpec, result: ChartRenderResu
     if key is not None:
         stage.cache.put(key, manifests)  # type: ignore[union-attr]
     return replace(result, manifests=manifests)
+
+
+def _packed(stage: ChartStage, snapshot: RepoTree, path: str) -> FetchedChart:
+    """`pack_chart`, memoised (this run, then the build cache) by the chart's file digests: packing is most of a warm review."""
+    # Many releases share a chart: its files are listed once per snapshot (a snapshot does not change during a run).
+    listed = ("chart-files", snapshot.identity, path)
+    key = stage.memo[listed] if listed in stage.memo else stage.memo.setdefault(listed, _chart_files_key(snapshot, path))
+    if key is None:
+        return pack_chart(snapshot, path)  # no chart there, or too many files: pack_chart says so
+    hit = _remembered(stage, key)
+    if isinstance(hit, FetchedChart):
+        return hit
+    chart = pack_chart(snapshot, path)
+    _remember(stage, key, chart)
+    return chart
+
+
+def _chart_files_key(snapshot: RepoTree, path: str) -> str | None:
+    """A key over a chart directory's paths and blob ids (what `pack_chart` reads), None when it would refuse it."""
+    root = path.strip("/")
+    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
+        return None
+    listing: list[tuple[str, str]] = []
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        dirs, files = snapshot.list_dir(directory)
+        stack.extend(posixpath.join(directory, d) for d in dirs)
+        for file_name in files:
+            rel = posixpath.join(directory, file_name)
+            digest = snapshot.file_digest(rel)
+            if digest is not None:
+                listing.append((posixpath.relpath(rel, root), digest))
+        if len(listing) > MAX_CHART_FILES:
+            return None
+    return versioned_key("git-chart", root, sorted(listing))
 
 
 def pack_chart(snapshot: RepoTree, path: str) -> FetchedChart:

@@ -78,12 +78,15 @@ def review_repository(
         prior = PriorBuilds(base_renderer, changed) if base_renderer is not None and head_session.snapshot.tree is not None else None
         if prior is not None:
             head_renderer.build_ahead(prior.touched())  # the touched tiers build while the base renders
+        if run.charts is not None:
+            run.charts.keep_warm = 1  # the head's changed charts render in the worker the base started
         try:
             base_side: Analysis | None = analyse(base_renderer, cluster, live=live, bootstrap=options.bootstrap) if base_renderer is not None else None
         except UserError:
             base_side = None  # the cluster is new in this change
         if run.charts is not None:
             run.charts.fix_source_hosts(())  # a base without a render names no host: the head never adds any
+            run.charts.keep_warm = 0
         if prior is not None and base_side is not None:
             head_renderer.reuse(prior)
         check_stop()

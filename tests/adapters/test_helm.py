@@ -236,3 +236,15 @@ def test_a_corrupt_archive_or_directory_is_a_chart_failure(renderer: HelmRendere
     nothing = renderer.render(request(tmp_path / "empty"))
     assert isinstance(nothing, ChartRenderFailure) and nothing.kind == "chart" and str(tmp_path) not in nothing.message
     assert len(nothing.message) <= 2000
+
+
+def test_a_prewarmed_worker_takes_the_first_render(tmp_path: Path) -> None:
+    # The first render waits for the worker being warmed instead of starting a second one.
+    chart = write_chart(tmp_path, "warm", templates={"cm.yaml": CM.format(name="{{ .Release.Name }}", data="  a: b")})
+    with WorkerPool(2, task_timeout=60, max_task_rss=2**30, recycle_after=1000, recycle_rss=2**30) as two:
+        renderer = HelmRenderer(two)
+        renderer.prewarm()
+        renderer.prewarm()  # once per renderer
+        result = rendered(renderer, chart)
+        assert list(objects(result)) == ["ConfigMap/rel"]
+        assert len(two.pids()) == 1

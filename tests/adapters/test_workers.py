@@ -180,3 +180,15 @@ def test_a_worker_that_died_while_idle_is_replaced_not_reported(pool: WorkerPool
     assert _wait_dead([first], 5)
     value, second = pool.call(tasks.echo, "next")
     assert value == "next" and second != first
+
+
+def test_trim_stops_idle_workers_beyond_the_most_recent() -> None:
+    with WorkerPool(3, task_timeout=30, max_task_rss=2**30, recycle_after=100, recycle_rss=2**30) as three:
+        with ThreadPoolExecutor(3) as threads:  # three tasks at once: three workers
+            pids = set(threads.map(lambda _: three.call(tasks.sleep_then_pid, 0.5), range(3)))
+        assert len(pids) == 3 == len(three.pids())
+        assert three.trim(1) == 2
+        [kept] = three.pids()
+        assert _wait_dead(sorted(pids - {kept}), 5)
+        assert three.call(tasks.echo, 0)[1] == kept  # the kept one serves the next task
+        assert three.trim(1) == 0

@@ -240,3 +240,51 @@ def test_the_comment_of_a_chart_bump(tmp_path: Path) -> None:
     assert "HelmRelease default/web · chart webapp 1.0.0 → 1.1.0: Deployment/default/web changed (image, containerPort)" in text
     assert "<b>HelmRelease default/web</b> · chart webapp 1.0.0 → 1.1.0 · in flux-system/apps" in text
     assert_golden("review/chart-bump.md", text)
+
+
+def test_a_git_chart_is_packed_once_per_content_and_a_cached_render_needs_no_worker(tmp_path: Path) -> None:
+    from bot.adapters.workspace import build_snapshot
+    from bot.engine.chartrender import ChartRenderRequest, ChartRenderResult
+    from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
+    from bot.pipeline.releases import ChartOptions, ChartStage, _packed, _render_key, _rendered, pack_chart
+
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    stage = ChartStage(ChartOptions(), None, None)
+    try:
+        first = build_snapshot(repo, tmp_path / "first")
+        packed = _packed(stage, first, "charts/webapp")
+        assert packed == pack_chart(first, "charts/webapp")
+        again = build_snapshot(repo, tmp_path / "again")  # another snapshot, the same files: the same archive, not packed again
+        assert _packed(stage, again, "charts/webapp") is packed
+        (repo / "charts" / "webapp" / "values.yaml").write_text("replicas: 2\ntag: '1.26'\nport: 80\n")
+        changed = _packed(stage, build_snapshot(repo, tmp_path / "changed"), "charts/webapp")
+        assert changed.digest != packed.digest
+
+        request = ChartRenderRequest(
+            archive=packed.archive, chart_dir=None, values_files=(), values={}, release_name="web", namespace="default",
+            kube_version=DEFAULT_KUBE_VERSION, api_versions=(),
+        )
+        key = _render_key(request, packed.digest)
+        assert _rendered(stage, request, key, cached_only=True) is None
+        assert stage._pool is None  # asking the cache started no worker
+        result = _rendered(stage, request, key)
+        assert isinstance(result, ChartRenderResult) and result.chart_version == "1.0.0"
+        assert _rendered(stage, request, key, cached_only=True) is result
+    finally:
+        stage.close()
+
+
+def test_a_review_of_an_unchanged_chart_renders_each_release_once(tmp_path: Path) -> None:
+    # Both sides of a review share the run's renders: the diff of an untouched release is empty, a bumped value shows.
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp"), helm_release("api", "./charts/webapp", values={"replicas": 2})])
+    git, base = _commit(repo)
+    (repo / "apps" / "release.yaml").write_text(
+        dump(helm_release("web", "./charts/webapp"), helm_release("api", "./charts/webapp", values={"replicas": 4}))
+    )
+    head = commit_all(git, "api: 4 replicas")
+    review = review_repository(repo, "dev", base, head, CheckOptions())
+    changed = {str(r.ref): [str(c.ref) for c in r.changes] for r in review.releases.releases}
+    assert changed == {"HelmRelease/default/api": ["Deployment/default/api"]}
+    # The same review again, with a cache: each side's renders come from it, the result is the same.
+    cached = [review_repository(repo, "dev", base, head, CheckOptions(), cache_dir=tmp_path / "cache") for _ in range(2)]
+    assert [{str(r.ref): [str(c.ref) for c in r.changes] for r in c.releases.releases} for c in cached] == [changed, changed]
