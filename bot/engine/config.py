@@ -268,6 +268,8 @@ def cluster_entry(config: RepoConfig, name: str, snapshot: RepoTree) -> str:
     """The entry path of a cluster: from config, else as discovered (see `known_clusters`), else `clusters/<name>`."""
     if name in config.clusters:
         return config.clusters[name]
+    if config.clusters:  # named in the configuration: no guess at another folder (a spoke renders false errors)
+        raise ConfigError(f"unknown cluster {name!r} (known: {', '.join(sorted(config.clusters))}): the configuration names every cluster")
     discovery = _discovery(config, snapshot) if not config.clusters else None
     if discovery is not None and name in discovery.clusters:
         return discovery.clusters[name]
@@ -353,6 +355,7 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     found = [*sync_paths, *roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
     entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
+    entries = [p for p in entries if not _scaffold(p, kustomizations)]
     if not entries:
         entries = flux_cluster_dirs[:1]
     names: dict[str, str] = {}
@@ -371,6 +374,18 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
             name, n = f"{base}-{n}", n + 1
         names[name] = path
     return _Discovery(names, spokes)
+
+
+# A template's placeholders: `${CLUSTER}` (envsubst, flux-local), `<cluster-name>` (docs), `{{ .cluster }}` (Go templates).
+_PLACEHOLDER = re.compile(r"\$\{[^}]*\}|<[A-Za-z][\w .-]*>|\{\{[^}]*\}\}")
+
+
+def _scaffold(path: str, kustomizations: list[_FoundKustomization]) -> bool:
+    """A folder of placeholders to copy (`clusters/${CLUSTER}`, or whose Kustomizations all apply `./clusters/<name>/…`): no cluster."""
+    if _PLACEHOLDER.search(path):
+        return True
+    own = [k for k in kustomizations if _within(k.file, path)]
+    return bool(own) and all(_PLACEHOLDER.search(k.path) for k in own)
 
 
 def _applies_itself(kustomization: _FoundKustomization, snapshot: RepoTree) -> bool:
