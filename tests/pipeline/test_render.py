@@ -397,6 +397,17 @@ def test_locate_line_in_multi_document_file(tmp_path: Path, binary: KustomizeBin
     assert (located.file, located.line) == ("app/m.yaml", line)
 
 
+def test_locate_the_second_document_of_a_name_in_its_namespace(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """One file, the same Secret written for two namespaces (a home-ops `cluster-secrets` per app namespace):
+    the second one's findings point at the second document, not at the first of that name."""
+    secret = lambda ns: obj("v1", "Secret", "cluster-secrets", ns, stringData={"DOMAIN": "example.com"})  # noqa: E731
+    text = "# one per namespace\n" + dump(secret("media"), secret("home"))
+    renderer, cr = render(tmp_path, app_repo({"app/secrets.yaml": text}), binary)
+    objects = by_ref(cr)
+    assert renderer.locate(objects["Secret/media/cluster-secrets"]).line == 2
+    assert renderer.locate(objects["Secret/home/cluster-secrets"]).line == 10  # 7 lines, `---`, then the document
+
+
 def test_crlf_line_endings_render(tmp_path: Path, binary: KustomizeBinary) -> None:
     text = dump(cm("first", data={"k": "v"}), cm("second", data={"k": "w"})).replace("\n", "\r\n").encode()
     renderer, cr = render(tmp_path, app_repo({}), binary, raw={"app/crlf.yaml": text})
