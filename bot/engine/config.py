@@ -37,6 +37,7 @@ class BootstrapConfig:
     helmreleases: tuple[str, ...] = ()  # `namespace/name` of HelmReleases in git installed before Flux
     crds: tuple[str, ...] = ()  # `group/Kind` of CRDs present before Flux
     manifests: tuple[str, ...] = ()  # repo paths applied before Flux
+    namespaces: tuple[str, ...] = ()  # namespaces created before Flux (a script's `kubectl create namespace`)
 
 
 DRIFT_FIELDS = ("dependsOn", "wait", "prune")
@@ -212,14 +213,14 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 def _bootstrap(raw: Any) -> BootstrapConfig:
-    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path]}`."""
+    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path], namespaces: [name]}`."""
     if raw is None:
         return BootstrapConfig()
     where = f"{CONFIG_FILE}: `bootstrap`"
-    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests"}:
-        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds` and `manifests` (lists)")
+    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests", "namespaces"}:
+        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds`, `manifests` and `namespaces` (lists)")
     lists = {}
-    for key in ("helmreleases", "crds", "manifests"):
+    for key in ("helmreleases", "crds", "manifests", "namespaces"):
         value = raw.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{where}.{key} must be a list of strings")
@@ -238,7 +239,10 @@ def _bootstrap(raw: Any) -> BootstrapConfig:
         if normal is None:
             raise ConfigError(f"{where}.manifests: {path!r} climbs out of the repository")
         manifests.append(normal)
-    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests))
+    for namespace in lists["namespaces"]:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
+            raise ConfigError(f"{where}.namespaces: {namespace!r} is not a namespace name")
+    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests), tuple(lists["namespaces"]))
 
 
 def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:

@@ -15,7 +15,7 @@ import yaml
 
 from bot.engine import substitute as envsubst
 from bot.engine.errors import InputError, LimitError, SubstitutionError
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierSpec
+from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, TierSpec
 from bot.engine.rendered import (
     CONFIG_KIND, MAY_SUBSTITUTE, ORIGIN_ANNOTATION, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SECRET_MASK,
     RawDocument, RawTier, RenderedTier, SourceIndex, object_ref, render_failed, render_limit,
@@ -140,6 +140,7 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
                     f"{' (optional)' if source.optional else ''} is not in git; its variables could not be checked"
                     + ("" if source.optional else " and Flux fails the build if it is missing on the cluster"),
                     kustomization=spec.id,
+                    object=ObjectRef("v1", source.kind, spec.id.namespace, source.name),
                     location=spec.origin,
                 )
             )
