@@ -82,6 +82,8 @@ class RepoConfig:
     bootstrap: BootstrapConfig = BootstrapConfig()  # declared presence before Flux (see bot/engine/bootstrap.py)
     # cluster -> the Kubernetes version its charts render against (`.Capabilities.KubeVersion`)
     kube_versions: Mapping[str, str] = field(default_factory=dict)
+    # `charts: {aliases: {fork: known-chart}}`: a fork or mirror published under another name
+    chart_aliases: tuple[tuple[str, str], ...] = ()
 
     def kube_version(self, cluster: str) -> str:
         """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
@@ -113,7 +115,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{CONFIG_FILE} must be a mapping")
-    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap"}
+    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap", "charts"}
     if unknown:
         raise ConfigError(f"{CONFIG_FILE}: unknown key(s) {', '.join(sorted(unknown))}")
     return RepoConfig(
@@ -126,7 +128,21 @@ def load_repo_config(text: str | None) -> RepoConfig:
         graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
         bootstrap=_bootstrap(doc.get("bootstrap")),
         kube_versions=_kube_versions(doc.get("clusters") or {}),
+        chart_aliases=_chart_aliases(doc.get("charts")),
     )
+
+
+def _chart_aliases(raw: Any) -> tuple[tuple[str, str], ...]:
+    """`charts: {aliases: {volsync-perfectra1n: volsync}}`: each alias is judged as the chart it names."""
+    if raw is None:
+        return ()
+    where = f"{CONFIG_FILE}: `charts`"
+    if not isinstance(raw, dict) or set(raw) - {"aliases"}:
+        raise ConfigError(f"{where} must be a mapping with `aliases`")
+    aliases = raw.get("aliases") or {}
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and k.strip() and v.strip() for k, v in aliases.items()):
+        raise ConfigError(f"{where}.aliases must map chart names to known chart names (fork: chart)")
+    return tuple(sorted((k.strip(), v.strip()) for k, v in aliases.items()))
 
 
 def _list(doc: Mapping[str, Any], key: str) -> list[Any]:

@@ -114,7 +114,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     """
     snapshot, config, cache, binary = renderer.snapshot, renderer.config, renderer.cache, renderer.binary
     entry = cluster_entry(config, cluster, snapshot)
-    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
+    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds)).with_aliases(config.chart_aliases)
     facts = FactsStore(knowledge, cache, renderer.memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
