@@ -84,6 +84,9 @@ class RepoConfig:
     kube_versions: Mapping[str, str] = field(default_factory=dict)
     # `charts: {aliases: {fork: known-chart}}`: a fork or mirror published under another name
     chart_aliases: tuple[tuple[str, str], ...] = ()
+    # a source that is an artifact of this repository's SUBDIR (`source: {kind: OCIRepository, name: N, path: SUBDIR}`,
+    # as flux-local's `--sources N=SUBDIR`): CI pushes it (`flux push artifact --path=./SUBDIR`)
+    source_paths: tuple[tuple[SourceRef, str], ...] = ()
 
     def kube_version(self, cluster: str) -> str:
         """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
@@ -92,6 +95,11 @@ class RepoConfig:
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
         return source in self.sources
+
+    def repo_path(self, source: SourceRef, path: str) -> str:
+        """The repository path a source's `path` names: under SUBDIR for an artifact of this repository's SUBDIR."""
+        subdir = next((sub for ref, sub in self.source_paths if ref == source), "")
+        return posixpath.join(subdir, path) if subdir and path else subdir or path
 
     def digest(self) -> str:
         """A hash of every setting: cached results of a commit are keyed by it, since the
@@ -129,6 +137,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         bootstrap=_bootstrap(doc.get("bootstrap")),
         kube_versions=_kube_versions(doc.get("clusters") or {}),
         chart_aliases=_chart_aliases(doc.get("charts")),
+        source_paths=_source_paths(doc),
     )
 
 
@@ -270,6 +279,21 @@ def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ConfigError(f"{CONFIG_FILE}: each source needs `name` (and optional `kind`, `namespace`)")
         out.append(SourceRef(entry.get("kind", "GitRepository"), entry["name"], entry.get("namespace", "flux-system")))
+    return tuple(out)
+
+
+def _source_paths(doc: Mapping[str, Any]) -> tuple[tuple[SourceRef, str], ...]:
+    """The `path:` of each configured source that is an artifact of a subdirectory of this repository."""
+    out = []
+    for entry, ref in zip(doc.get("sources") or ([doc["source"]] if doc.get("source") else []), _sources(doc)):
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if path is None:
+            continue
+        normal = normalise_repo_path(str(path))
+        if normal is None:
+            raise ConfigError(f"{CONFIG_FILE}: source {ref.name!r} path {path!r} climbs out of the repository")
+        if normal:
+            out.append((ref, normal))
     return tuple(out)
 
 
@@ -474,7 +498,7 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
         except TierSpecError:
             return
         if config.is_this_repo(spec.source):
-            kustomizations.append(_FoundKustomization(rel, str(spec.id), spec.path, spec.kube_config))
+            kustomizations.append(_FoundKustomization(rel, str(spec.id), config.repo_path(spec.source, spec.path), spec.kube_config))
         return
     sync = operator_sync(manifest)
     if sync is None:
@@ -484,4 +508,4 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
     except TierSpecError:
         return
     if config.is_this_repo(spec.source):
-        sync_paths.append(spec.path)
+        sync_paths.append(config.repo_path(spec.source, spec.path))

@@ -23,7 +23,7 @@ from bot.adapters.memory import check_stop
 from bot.adapters.workspace import Snapshot
 from bot.engine.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place
 from bot.engine.config import CONFIG_FILE, RepoConfig
-from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, operator_entry, within_artifact
+from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry, within_artifact
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import finish_key, finish_tier, sources_present, tier_variables
 from bot.engine.flux import entry_tier
@@ -322,7 +322,7 @@ class _ClusterPass:
             self.placed[spec.id] = (artifact, placement)
             self._schedule(replace(spec, path=placement.path, source_path=spec.path))
         elif self.renderer.config.is_this_repo(spec.source):
-            self._schedule(spec)
+            self._schedule(in_repo(spec, self.renderer.config))
         else:
             self._not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
         return True

@@ -945,3 +945,26 @@ def test_render_limits_stop_a_render_with_a_finding(tmp_path: Path, binary: Kust
     assert [f.kustomization.name for f in limited] == refused[:1]
     assert all(words in f.message for f in limited)
     assert sorted(t.name for t, tier in cr.tiers.items() if tier.rendered) == [n for n in ["a", "b", "c", "d", "flux-system"] if n not in refused]
+
+
+def test_a_cluster_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> None:
+    """CI pushes ./kubernetes as an OCI artifact (`flux push artifact --path=./kubernetes`) and the cluster syncs it:
+    `source: {kind: OCIRepository, name: flux-system, path: kubernetes}` says the artifact is this repository's kubernetes/."""
+    oci = {"source": "flux-system", "source_kind": "OCIRepository"}
+    files = {
+        "kubernetes/clusters/main/kustomization.yaml": kustomization("flux-system.yaml", "apps.yaml"),
+        "kubernetes/clusters/main/flux-system.yaml": dump(ks("flux-system", "./clusters/main", **oci)),
+        "kubernetes/clusters/main/apps.yaml": dump(ks("apps", "./apps", **oci)),
+        "kubernetes/apps/kustomization.yaml": kustomization("cm.yaml"),
+        "kubernetes/apps/cm.yaml": dump(cm("web", "default", data={"a": "b"})),
+        ".github/workflows/push.yaml": "jobs: {push: {steps: [{run: 'flux push artifact oci://ghcr.io/acme/home-ops:latest --path=./kubernetes'}]}}\n",
+        ".fluxwarden.yaml": "clusters: {main: {path: kubernetes/clusters/main}}\nsource: {kind: OCIRepository, name: flux-system, path: kubernetes}\n",
+    }
+    root = write_tree(tmp_path / "repo", files)
+    config = load_repo_config(files[".fluxwarden.yaml"])
+    assert config.is_this_repo(config.sources[0]) and config.repo_path(config.sources[0], "apps") == "kubernetes/apps"
+    report = check_repository(root, "main")
+    assert {(t.id.name, t.path, t.source_path, t.objects) for t in report.tiers} == {
+        ("flux-system", "kubernetes/clusters/main", "clusters/main", 2), ("apps", "kubernetes/apps", "apps", 1),
+    }
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == []
