@@ -14,7 +14,7 @@ from bot.engine.errors import ConfigError, InputError
 from bot.engine.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
 from bot.engine.generate import KustomizationIndex
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
-from bot.engine.model import Manifest, ObjectRef, SourceRef, TierId
+from bot.engine.model import Manifest, ObjectRef, SourceRef, SubstituteFrom, TierId
 from bot.engine.tree import RepoTree
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, normalise_repo_path
 from bot.engine.yamlio import load_all, load_one
@@ -87,6 +87,8 @@ class RepoConfig:
     # a source that is an artifact of this repository's SUBDIR (`source: {kind: OCIRepository, name: N, path: SUBDIR}`,
     # as flux-local's `--sources N=SUBDIR`): CI pushes it (`flux push artifact --path=./SUBDIR`)
     source_paths: tuple[tuple[SourceRef, str], ...] = ()
+    # cluster -> what it substitutes into every Kustomization (`clusters.<name>.substitute_from: [ConfigMap/ns/name]`)
+    cluster_substitutes: Mapping[str, tuple[SubstituteFrom, ...]] = field(default_factory=dict)
 
     def kube_version(self, cluster: str) -> str:
         """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
@@ -138,7 +140,26 @@ def load_repo_config(text: str | None) -> RepoConfig:
         kube_versions=_kube_versions(doc.get("clusters") or {}),
         chart_aliases=_chart_aliases(doc.get("charts")),
         source_paths=_source_paths(doc),
+        cluster_substitutes=_cluster_substitutes(doc.get("clusters") or {}),
     )
+
+
+def _cluster_substitutes(raw: Any) -> dict[str, tuple[SubstituteFrom, ...]]:
+    """`clusters: {main: {path: ..., substitute_from: [ConfigMap/flux-system/cluster-config]}}`: variables an admission
+    webhook or the Flux Operator's cluster-wide substitution gives every Kustomization of the cluster."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        entries = spec.get("substitute_from") if isinstance(spec, dict) else None
+        if entries is None:
+            continue
+        sources = []
+        for entry in entries if isinstance(entries, list) else [None]:
+            parts = entry.split("/") if isinstance(entry, str) else []
+            if len(parts) != 3 or parts[0] not in ("ConfigMap", "Secret") or not all(_NAME.fullmatch(p) for p in parts[1:]):
+                raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `substitute_from` entries are Kind/namespace/name of a ConfigMap or Secret (got {entry!r})")
+            sources.append(SubstituteFrom(parts[0], parts[2], namespace=parts[1]))
+        out[str(name)] = tuple(sources)
+    return out
 
 
 def _chart_aliases(raw: Any) -> tuple[tuple[str, str], ...]:

@@ -968,3 +968,29 @@ def test_a_cluster_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> 
         ("flux-system", "kubernetes/clusters/main", "clusters/main", 2), ("apps", "kubernetes/apps", "apps", 1),
     }
     assert [f for f in report.findings if f.severity is not Severity.INFO] == []
+
+
+def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """The Flux Operator substitutes cluster-config into every Kustomization (no postBuild in git): declared per
+    cluster, each tier is judged as if it had it, so its tokens are no literal-token errors."""
+    files = flux_repo(
+        {"config": ks("config", "./config", wait=True), "app": ks("app", "./app", depends_on=["config"])},
+        {
+            "config/kustomization.yaml": kustomization("cluster-config.yaml"),
+            "config/cluster-config.yaml": dump(cm("cluster-config", "flux-system", data={"DOMAIN": "example.com"})),
+            "app/kustomization.yaml": kustomization("m.yaml"),
+            "app/m.yaml": dump(cm("web", "default", data={"host": "web.${DOMAIN}", "mail": "${MAIL_HOST:=smtp.local}"})),
+        },
+    )
+    root = write_tree(tmp_path / "repo", files)
+    before = check_repository(root, "dev")
+    assert any("flux-system/app runs no substitution" in f.message for f in before.findings if f.check == "literal-token")
+    write_tree(root, {".fluxwarden.yaml": "clusters:\n  dev: {path: clusters/dev, substitute_from: [ConfigMap/flux-system/cluster-config]}\n"})
+    after = check_repository(root, "dev")
+    assert [f for f in after.findings if f.severity is not Severity.INFO] == [], [f.message for f in after.findings]
+    assert not [f for f in after.findings if f.check in ("literal-token", "undefined-variable")]
+    # Only the entry tier renders before the tier that holds cluster-config: its variables are the one open set.
+    assert {str(f.kustomization) for f in after.findings if f.check == "substitution-source-external"} <= {"flux-system/flux-system"}
+    renderer, cr = render(tmp_path / "r2", {**files, ".fluxwarden.yaml": "clusters:\n  dev: {path: clusters/dev, substitute_from: [ConfigMap/flux-system/cluster-config]}\n"}, binary)
+    web = by_ref(cr)["ConfigMap/default/web"]
+    assert web.body["data"] == {"host": "web.example.com", "mail": "smtp.local"}
