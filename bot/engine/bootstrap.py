@@ -55,10 +55,21 @@ class Bootstrap:
     # tiers a script applies and waits for, in this order, before Flux takes over (the seed's standup.sh)
     tier_order: tuple[TierId, ...] = ()
     entries: tuple[BootstrapEntry, ...] = field(default=())
+    # (namespace, file that creates it): `kubectl create namespace`, a Namespace in an applied manifest, declared
+    namespaces: frozenset[tuple[str, str]] = frozenset()
+    # (kind, namespace, name) of the Secrets and ConfigMaps applied from the repository before Flux
+    objects: frozenset[tuple[str, str, str]] = frozenset()
 
     @property
     def empty(self) -> bool:
-        return not (self.releases or self.crd_releases or self.crd_charts or self.crds or self.manifests or self.tier_order or self.group_credits)
+        return not (
+            self.releases or self.crd_releases or self.crd_charts or self.crds or self.manifests or self.tier_order
+            or self.group_credits or self.namespaces
+        )
+
+    def namespace_source(self, namespace: str) -> str | None:
+        """The file that creates `namespace` before Flux, if one does."""
+        return next((source for ns, source in sorted(self.namespaces) if ns == namespace), None)
 
     def credited(self, group: str, kind: str) -> str | None:
         """The helmfile whose release (named for `group`) is credited with the kind's CRD, if one is."""
@@ -150,9 +161,11 @@ def discover_bootstrap(
     for path in sorted({*helmfile_paths, *(r.helmfile for r in runs)}):
         _read_helmfile(snapshot, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found, unclaimed)
     _script_applies(snapshot, paths, knowledge, found)
+    _script_namespaces(snapshot, paths, found)
     _distribution(snapshot, paths, in_git, knowledge, found)
     _tier_order(snapshot, config, render, found)
     _declared(snapshot, config, in_git, found)
+    _manifest_objects(snapshot, found)
     return Bootstrap(
         releases=frozenset(found.releases),
         crd_releases=frozenset(found.crd_releases - found.releases),
@@ -162,6 +175,8 @@ def discover_bootstrap(
         tier_order=found.tier_order,
         entries=tuple(found.entries),
         group_credits=frozenset(found.group_credits),
+        namespaces=frozenset(found.namespaces),
+        objects=frozenset(found.objects),
     )
 
 
@@ -171,6 +186,12 @@ def bootstrap_findings(bootstrap: Bootstrap) -> list[Finding]:
         Finding(CHECK_ID, Severity.INFO, f"bootstrap: {entry.description}", location=SourceLocation(entry.source) if entry.source else None)
         for entry in bootstrap.entries
     ]
+
+
+def applied_before_flux(finding: Finding, bootstrap: Bootstrap) -> bool:
+    """A "not in git" substituteFrom source that the bootstrap applies from the repository: it is in git."""
+    ref = finding.object
+    return finding.check == "substitution-source-external" and ref is not None and (ref.kind, ref.namespace, ref.name) in bootstrap.objects
 
 
 def bare_cluster_findings() -> list[Finding]:
@@ -188,6 +209,8 @@ class _Found:
     tier_order: tuple[TierId, ...] = ()
     entries: list[BootstrapEntry] = field(default_factory=list)
     group_credits: set[tuple[str, str, str]] = field(default_factory=set)
+    namespaces: set[tuple[str, str]] = field(default_factory=set)
+    objects: set[tuple[str, str, str]] = field(default_factory=set)
 
     def add(self, kind: str, source: str, description: str) -> None:
         self.entries.append(BootstrapEntry(kind, source, description))
@@ -249,9 +272,17 @@ def _is_script(path: str) -> bool:
 _YAML_BLOCK = re.compile(r"^\s*(?:-\s*|[\w.-]+:\s*)?\|[-+]?\s*$")  # `cmd: |`, `- |`: a YAML block scalar, not a pipe
 
 
+# Text that names a command without running it: a comment, a just attribute (`[doc("helmfile sync")]`), a
+# message (`echo`, `printf`, `gum log`, make's `$(info …)`), a Taskfile's description.
+_NOT_A_COMMAND = re.compile(
+    r"""^\s*(?:\#|\[[\w\s,()'"-]*[(:]|[@+-]*\s*(?:echo|printf|log|gum\s+(?:log|style|format)|just\s+log|\$\((?:info|warning|error)\b)\b"""
+    r"""|(?:-\s*)?(?:desc|summary|description|prompt|msg|message|help|label)\s*:)"""
+)
+
+
 def _logical_lines(text: str) -> list[str]:
     """Shell lines with continuations joined (`\\`, and a line ending in a pipe), each `{{ … }}` (just, Task)
-    written `{{}}` so that it stays one word."""
+    written `{{}}` so that it stays one word; lines that are not commands (_NOT_A_COMMAND) left out."""
     lines: list[str] = []
     pending = ""
     for line in _TEMPLATE_ACTION.sub("{{}}", re.sub(r"\\\r?\n", " ", text)).splitlines():
@@ -260,8 +291,9 @@ def _logical_lines(text: str) -> list[str]:
             pending = line.rstrip() + " "
             continue
         pending = ""
-        lines.append(line)
-    return lines + ([pending] if pending else [])
+        if not _NOT_A_COMMAND.match(line):
+            lines.append(line)
+    return lines + ([pending] if pending and not _NOT_A_COMMAND.match(pending) else [])
 
 
 def _script_runs(snapshot: RepoTree, paths: list[str], helmfiles: list[str]) -> list[ScriptRun]:
@@ -616,9 +648,38 @@ def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[
         if "inlineManifests" not in text and "extraManifests" not in text:
             continue
         _talos(path, text, in_git, knowledge, found)
+    _cni_before_flux(snapshot, paths, in_git, found)
     if api_access is not None:
         found.crds.add(TALOS_SERVICE_ACCOUNT)
         found.add("crds", api_access, f"Talos API access from Kubernetes (enabled in {api_access}): Talos serves the ServiceAccount.talos.dev CRD")
+
+
+# The built-in CNI switched off: Talos `cluster.network.cni.name: none` (talhelper `cniConfig: {name: none}`),
+# k3s/RKE2 `flannel-backend: none` (or `--flannel-backend=none`). Flux's own pods need a pod network, so the
+# CNI was installed before Flux (https://www.talos.dev/latest/kubernetes-guides/network/deploying-cilium/).
+_NO_CNI = re.compile(
+    r"(?:\bcni(?:Config)?:\s*(?:\{\s*|\n\s+)name:\s*[\"']?none\b)|(?:flannel-backend[\"']?\s*[:=]\s*[\"']?none\b)",
+    re.I,
+)
+CNI_CHARTS = frozenset({"cilium", "calico", "tigera-operator", "flannel", "canal", "kube-ovn", "antrea", "kube-router", "weave-net"})
+
+
+def _cni_before_flux(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[str, str]], found: _Found) -> None:
+    """A config that disables the built-in CNI: the CNI's HelmRelease in git was installed before Flux."""
+    cnis = sorted(key for key in in_git if key[1] in CNI_CHARTS)
+    if not cnis or all(key in found.releases for key in cnis):
+        return
+    for path in paths:
+        lowered = path.lower()
+        if not path.endswith((".yaml", ".yml", ".j2", ".gotmpl", ".sh", ".toml")) and not _is_script(path):
+            continue
+        if not ("talos" in lowered or "talconfig" in lowered or _K3S.search(lowered) or "k3s" in lowered or "rke2" in lowered or _is_script(path)):
+            continue
+        if _NO_CNI.search(snapshot.read_text(path) or ""):
+            found.releases.update(cnis)
+            names = _short([f"{ns}/{name}" for ns, name in cnis])
+            found.add("release", path, f"the built-in CNI is disabled in {path}: the CNI ({names}) was installed before Flux, whose pods need it")
+            return
 
 
 def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase, found: _Found) -> None:
@@ -630,7 +691,7 @@ def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: 
         found.add("unread", path, f"Talos configuration {path} not read; its inline manifests are not assumed present")
         return
     objects: list[Mapping] = []
-    remote = 0
+    remote: list[str] = []
     for doc in docs:
         cluster = doc.get("cluster") if isinstance(doc, Mapping) else None
         if not isinstance(cluster, Mapping):
@@ -644,7 +705,7 @@ def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: 
             except InputError:
                 continue
         extra = cluster.get("extraManifests")
-        remote += len(extra) if isinstance(extra, list) else 0
+        remote += [u for u in extra if isinstance(u, str)] if isinstance(extra, list) else []
     crds = set()
     for obj in objects:
         spec = raw if isinstance(raw := obj.get("spec"), Mapping) else {}
@@ -663,8 +724,17 @@ def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: 
         if charts:
             notes.append(f"rendered from chart(s) {_short(sorted(charts))}: their CRDs counted")
         found.add("manifests", path, f"{_plural(len(objects), 'object')} in Talos inlineManifests of {path} ({_short(kinds)}) exist before Flux" + "".join(f"; {n}" for n in notes))
-    if remote:
-        found.add("unread", path, f"{_plural(remote, 'Talos extraManifests URL')} in {path} not read (remote): declare what they install under bootstrap: in .fluxwarden.yaml")
+    known: list[str] = []
+    unknown: list[str] = []
+    for url in dict.fromkeys(remote):
+        bundle, charts = _bundle_crds(url, knowledge)
+        found.crds.update(bundle)
+        found.crd_charts.update(charts)
+        (known if bundle or charts else unknown).append(url.rstrip("/").rsplit("/", 1)[-1])
+    if known:
+        found.add("crds", path, f"CRD bundles in Talos extraManifests of {path} exist before Flux: {_short(known)}")
+    if unknown:
+        found.add("unread", path, f"{_plural(len(unknown), 'Talos extraManifests URL')} in {path} not read (remote: {_short(unknown)}): declare what they install under bootstrap: in .fluxwarden.yaml")
 
 
 def _helm_rendered(objects: list[Mapping], in_git: frozenset[tuple[str, str]], knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]], set[str]]:
@@ -752,6 +822,9 @@ def _declared(snapshot: RepoTree, config: RepoConfig, in_git: frozenset[tuple[st
     if declared.crds:
         found.crds.update(tuple(ref.rsplit("/", 1)) for ref in declared.crds)  # type: ignore[misc]
         found.add("declared", CONFIG_FILE, f"{_plural(len(declared.crds), 'CRD')} declared present before Flux: {_short(list(declared.crds))}")
+    if declared.namespaces:
+        found.namespaces.update((n, CONFIG_FILE) for n in declared.namespaces)
+        found.add("namespaces", CONFIG_FILE, f"{_plural(len(declared.namespaces), 'namespace')} declared created before Flux: {_short(list(declared.namespaces))}")
     if declared.manifests:
         missing = [p for p in declared.manifests if not snapshot.exists(p)]
         found.manifests.extend(p for p in declared.manifests if p not in missing)
@@ -839,6 +912,78 @@ def _script_applies(snapshot: RepoTree, paths: list[str], knowledge: KnowledgeBa
             found.add("crds", script, f"CRD bundles applied from URLs by {script} before Flux: {_short(known)}")
         if unknown:
             found.add("unread", script, f"{_plural(len(unknown), 'manifest URL')} applied by {script} not read (remote: {_short(unknown)}): declare what they install under bootstrap: in .fluxwarden.yaml")
+
+
+_CREATE_NAMESPACE = re.compile(r"\bkubectl\b[^|;&]*?\bcreate\s+(?:namespace|ns)\s+([a-z0-9][-a-z0-9]*)(?=[\s;|&)]|$)")
+
+
+def _script_namespaces(snapshot: RepoTree, paths: list[str], found: _Found) -> None:
+    """Namespaces a script creates (`kubectl create namespace|ns X`, often piped into `kubectl apply`)."""
+    for script in paths:
+        if not _is_script(script):
+            continue
+        text = snapshot.read_text(script) or ""
+        if "create" not in text or "kubectl" not in text:
+            continue
+        names = [m.group(1) for line in _logical_lines(text) for m in _CREATE_NAMESPACE.finditer(line)]
+        if names:
+            found.namespaces.update((n, script) for n in names)
+            found.add("namespaces", script, f"{_plural(len(set(names)), 'namespace')} created by {script} before Flux: {_short(sorted(set(names)))}")
+
+
+_MAX_MANIFEST_FILES = 2_000  # files read below the bootstrap's manifest paths
+
+
+def _manifest_objects(snapshot: RepoTree, found: _Found) -> None:
+    """What the manifests applied before Flux hold: their CRDs are served, their Namespaces exist, their
+    Secrets and ConfigMaps are in git (a substituteFrom of them is no external source)."""
+    files: list[str] = []
+    for root in dict.fromkeys(found.manifests):
+        if snapshot.is_file(root):
+            files.append(root)
+            continue
+        stack = [root]
+        while stack and len(files) < _MAX_MANIFEST_FILES:
+            directory = stack.pop()
+            subdirs, names = snapshot.list_dir(directory)
+            stack.extend(posixpath.join(directory, d) for d in subdirs)
+            files.extend(posixpath.join(directory, n) for n in names if n.endswith((".yaml", ".yml")))
+    crds: set[tuple[str, str]] = set()
+    for rel in dict.fromkeys(files[:_MAX_MANIFEST_FILES]):
+        if posixpath.basename(rel) in ("kustomization.yaml", "kustomization.yml"):
+            continue
+        try:
+            docs = load_all(snapshot.read_text(rel) or "", rel)
+        except InputError:
+            continue
+        default_namespace = _kustomize_namespace(snapshot, posixpath.dirname(rel))
+        for doc in docs:
+            if not isinstance(doc, Mapping):
+                continue
+            meta = raw if isinstance(raw := doc.get("metadata"), Mapping) else {}
+            kind, name = doc.get("kind"), meta.get("name")
+            if not isinstance(name, str) or not isinstance(kind, str):
+                continue
+            spec = raw if isinstance(raw := doc.get("spec"), Mapping) else {}
+            names = raw if isinstance(raw := spec.get("names"), Mapping) else {}
+            if kind == "CustomResourceDefinition" and isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
+                crds.add((spec["group"], names["kind"]))
+            elif kind == "Namespace":
+                found.namespaces.add((name, rel))
+            elif kind in ("Secret", "ConfigMap"):
+                found.objects.add((kind, str(meta.get("namespace") or default_namespace or "default"), name))
+    found.crds.update(crds)
+
+
+def _kustomize_namespace(snapshot: RepoTree, directory: str) -> str | None:
+    """The `namespace:` a kustomization in `directory` sets on what it lists."""
+    for name in ("kustomization.yaml", "kustomization.yml"):
+        text = snapshot.read_text(posixpath.join(directory, name) if directory else name)
+        if text is None:
+            continue
+        match = re.search(r"^namespace:\s*[\"']?([a-z0-9][-a-z0-9]*)", text, re.M)
+        return match.group(1) if match else None
+    return None
 
 
 def _resolve_path(snapshot: RepoTree, script: str, target: str) -> str | None:

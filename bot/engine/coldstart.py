@@ -314,6 +314,10 @@ class Simulation:
         kind = self._bootstrap_kind(gk)
         if kind is None:
             return None
+        namespace = namespace_of(gk)
+        if kind == "namespaces" and namespace is not None:
+            made = self.bootstrap.namespace_source(namespace) or ""
+            return next((e for e in self.bootstrap.entries if e.source == made), None) or BootstrapEntry(kind, made, f"namespace {namespace} created before Flux by {made}")
         source = self.bootstrap.credited(gk.group, gk.kind)
         # A CRD in `crds` is declared in .fluxwarden.yaml or seen by discovery (k3s, Talos, CRD bundles).
         entries = [e for e in self.bootstrap.entries if e.kind == kind] or ([e for e in self.bootstrap.entries if e.kind == "crds"] if kind == "declared" else [])
@@ -328,6 +332,8 @@ class Simulation:
         b = self.bootstrap
         namespace = namespace_of(gk)
         if namespace is not None:  # helmfile sync creates a release's namespace (createNamespace defaults to true)
+            if b.namespace_source(namespace) is not None:
+                return "namespaces"
             return "release" if any(ns == namespace for ns, _ in b.releases) else None
         if (gk.group, gk.kind) in b.crds:
             return "declared"

@@ -14,7 +14,7 @@ from bot.engine.errors import ConfigError, InputError
 from bot.engine.flux import TierSpecError, is_flux_kustomization, operator_sync, tier_spec
 from bot.engine.generate import KustomizationIndex
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
-from bot.engine.model import Manifest, ObjectRef, SourceRef, TierId
+from bot.engine.model import Manifest, ObjectRef, SourceRef, SubstituteFrom, TierId
 from bot.engine.tree import RepoTree
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, normalise_repo_path
 from bot.engine.yamlio import load_all, load_one
@@ -37,6 +37,7 @@ class BootstrapConfig:
     helmreleases: tuple[str, ...] = ()  # `namespace/name` of HelmReleases in git installed before Flux
     crds: tuple[str, ...] = ()  # `group/Kind` of CRDs present before Flux
     manifests: tuple[str, ...] = ()  # repo paths applied before Flux
+    namespaces: tuple[str, ...] = ()  # namespaces created before Flux (a script's `kubectl create namespace`)
 
 
 DRIFT_FIELDS = ("dependsOn", "wait", "prune")
@@ -81,6 +82,13 @@ class RepoConfig:
     bootstrap: BootstrapConfig = BootstrapConfig()  # declared presence before Flux (see bot/engine/bootstrap.py)
     # cluster -> the Kubernetes version its charts render against (`.Capabilities.KubeVersion`)
     kube_versions: Mapping[str, str] = field(default_factory=dict)
+    # `charts: {aliases: {fork: known-chart}}`: a fork or mirror published under another name
+    chart_aliases: tuple[tuple[str, str], ...] = ()
+    # a source that is an artifact of this repository's SUBDIR (`source: {kind: OCIRepository, name: N, path: SUBDIR}`,
+    # as flux-local's `--sources N=SUBDIR`): CI pushes it (`flux push artifact --path=./SUBDIR`)
+    source_paths: tuple[tuple[SourceRef, str], ...] = ()
+    # cluster -> what it substitutes into every Kustomization (`clusters.<name>.substitute_from: [ConfigMap/ns/name]`)
+    cluster_substitutes: Mapping[str, tuple[SubstituteFrom, ...]] = field(default_factory=dict)
 
     def kube_version(self, cluster: str) -> str:
         """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
@@ -89,6 +97,11 @@ class RepoConfig:
     def is_this_repo(self, source: SourceRef) -> bool:
         """Whether a Kustomization's sourceRef is the repository being checked."""
         return source in self.sources
+
+    def repo_path(self, source: SourceRef, path: str) -> str:
+        """The repository path a source's `path` names: under SUBDIR for an artifact of this repository's SUBDIR."""
+        subdir = next((sub for ref, sub in self.source_paths if ref == source), "")
+        return posixpath.join(subdir, path) if subdir and path else subdir or path
 
     def digest(self) -> str:
         """A hash of every setting: cached results of a commit are keyed by it, since the
@@ -112,7 +125,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{CONFIG_FILE} must be a mapping")
-    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap"}
+    unknown = set(doc) - {"clusters", "source", "sources", "tier_order", "runtime_crds", "strict_substitution", "graph_drift", "bootstrap", "charts"}
     if unknown:
         raise ConfigError(f"{CONFIG_FILE}: unknown key(s) {', '.join(sorted(unknown))}")
     return RepoConfig(
@@ -125,7 +138,41 @@ def load_repo_config(text: str | None) -> RepoConfig:
         graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
         bootstrap=_bootstrap(doc.get("bootstrap")),
         kube_versions=_kube_versions(doc.get("clusters") or {}),
+        chart_aliases=_chart_aliases(doc.get("charts")),
+        source_paths=_source_paths(doc),
+        cluster_substitutes=_cluster_substitutes(doc.get("clusters") or {}),
     )
+
+
+def _cluster_substitutes(raw: Any) -> dict[str, tuple[SubstituteFrom, ...]]:
+    """`clusters: {main: {path: ..., substitute_from: [ConfigMap/flux-system/cluster-config]}}`: variables an admission
+    webhook or the Flux Operator's cluster-wide substitution gives every Kustomization of the cluster."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        entries = spec.get("substitute_from") if isinstance(spec, dict) else None
+        if entries is None:
+            continue
+        sources = []
+        for entry in entries if isinstance(entries, list) else [None]:
+            parts = entry.split("/") if isinstance(entry, str) else []
+            if len(parts) != 3 or parts[0] not in ("ConfigMap", "Secret") or not all(_NAME.fullmatch(p) for p in parts[1:]):
+                raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `substitute_from` entries are Kind/namespace/name of a ConfigMap or Secret (got {entry!r})")
+            sources.append(SubstituteFrom(parts[0], parts[2], namespace=parts[1]))
+        out[str(name)] = tuple(sources)
+    return out
+
+
+def _chart_aliases(raw: Any) -> tuple[tuple[str, str], ...]:
+    """`charts: {aliases: {volsync-perfectra1n: volsync}}`: each alias is judged as the chart it names."""
+    if raw is None:
+        return ()
+    where = f"{CONFIG_FILE}: `charts`"
+    if not isinstance(raw, dict) or set(raw) - {"aliases"}:
+        raise ConfigError(f"{where} must be a mapping with `aliases`")
+    aliases = raw.get("aliases") or {}
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and k.strip() and v.strip() for k, v in aliases.items()):
+        raise ConfigError(f"{where}.aliases must map chart names to known chart names (fork: chart)")
+    return tuple(sorted((k.strip(), v.strip()) for k, v in aliases.items()))
 
 
 def _list(doc: Mapping[str, Any], key: str) -> list[Any]:
@@ -212,14 +259,14 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 def _bootstrap(raw: Any) -> BootstrapConfig:
-    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path]}`."""
+    """`bootstrap: {helmreleases: [ns/name], crds: [group/Kind], manifests: [path], namespaces: [name]}`."""
     if raw is None:
         return BootstrapConfig()
     where = f"{CONFIG_FILE}: `bootstrap`"
-    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests"}:
-        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds` and `manifests` (lists)")
+    if not isinstance(raw, dict) or set(raw) - {"helmreleases", "crds", "manifests", "namespaces"}:
+        raise ConfigError(f"{where} must be a mapping of `helmreleases`, `crds`, `manifests` and `namespaces` (lists)")
     lists = {}
-    for key in ("helmreleases", "crds", "manifests"):
+    for key in ("helmreleases", "crds", "manifests", "namespaces"):
         value = raw.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{where}.{key} must be a list of strings")
@@ -238,7 +285,10 @@ def _bootstrap(raw: Any) -> BootstrapConfig:
         if normal is None:
             raise ConfigError(f"{where}.manifests: {path!r} climbs out of the repository")
         manifests.append(normal)
-    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests))
+    for namespace in lists["namespaces"]:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
+            raise ConfigError(f"{where}.namespaces: {namespace!r} is not a namespace name")
+    return BootstrapConfig(tuple(lists["helmreleases"]), tuple(lists["crds"]), tuple(manifests), tuple(lists["namespaces"]))
 
 
 def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:
@@ -250,6 +300,21 @@ def _sources(doc: Mapping[str, Any]) -> tuple[SourceRef, ...]:
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ConfigError(f"{CONFIG_FILE}: each source needs `name` (and optional `kind`, `namespace`)")
         out.append(SourceRef(entry.get("kind", "GitRepository"), entry["name"], entry.get("namespace", "flux-system")))
+    return tuple(out)
+
+
+def _source_paths(doc: Mapping[str, Any]) -> tuple[tuple[SourceRef, str], ...]:
+    """The `path:` of each configured source that is an artifact of a subdirectory of this repository."""
+    out = []
+    for entry, ref in zip(doc.get("sources") or ([doc["source"]] if doc.get("source") else []), _sources(doc)):
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if path is None:
+            continue
+        normal = normalise_repo_path(str(path))
+        if normal is None:
+            raise ConfigError(f"{CONFIG_FILE}: source {ref.name!r} path {path!r} climbs out of the repository")
+        if normal:
+            out.append((ref, normal))
     return tuple(out)
 
 
@@ -268,6 +333,8 @@ def cluster_entry(config: RepoConfig, name: str, snapshot: RepoTree) -> str:
     """The entry path of a cluster: from config, else as discovered (see `known_clusters`), else `clusters/<name>`."""
     if name in config.clusters:
         return config.clusters[name]
+    if config.clusters:  # named in the configuration: no guess at another folder (a spoke renders false errors)
+        raise ConfigError(f"unknown cluster {name!r} (known: {', '.join(sorted(config.clusters))}): the configuration names every cluster")
     discovery = _discovery(config, snapshot) if not config.clusters else None
     if discovery is not None and name in discovery.clusters:
         return discovery.clusters[name]
@@ -353,6 +420,7 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     found = [*sync_paths, *roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
     entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
+    entries = [p for p in entries if not _scaffold(p, kustomizations)]
     if not entries:
         entries = flux_cluster_dirs[:1]
     names: dict[str, str] = {}
@@ -371,6 +439,18 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
             name, n = f"{base}-{n}", n + 1
         names[name] = path
     return _Discovery(names, spokes)
+
+
+# A template's placeholders: `${CLUSTER}` (envsubst, flux-local), `<cluster-name>` (docs), `{{ .cluster }}` (Go templates).
+_PLACEHOLDER = re.compile(r"\$\{[^}]*\}|<[A-Za-z][\w .-]*>|\{\{[^}]*\}\}")
+
+
+def _scaffold(path: str, kustomizations: list[_FoundKustomization]) -> bool:
+    """A folder of placeholders to copy (`clusters/${CLUSTER}`, or whose Kustomizations all apply `./clusters/<name>/…`): no cluster."""
+    if _PLACEHOLDER.search(path):
+        return True
+    own = [k for k in kustomizations if _within(k.file, path)]
+    return bool(own) and all(_PLACEHOLDER.search(k.path) for k in own)
 
 
 def _applies_itself(kustomization: _FoundKustomization, snapshot: RepoTree) -> bool:
@@ -439,7 +519,7 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
         except TierSpecError:
             return
         if config.is_this_repo(spec.source):
-            kustomizations.append(_FoundKustomization(rel, str(spec.id), spec.path, spec.kube_config))
+            kustomizations.append(_FoundKustomization(rel, str(spec.id), config.repo_path(spec.source, spec.path), spec.kube_config))
         return
     sync = operator_sync(manifest)
     if sync is None:
@@ -449,4 +529,4 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
     except TierSpecError:
         return
     if config.is_this_repo(spec.source):
-        sync_paths.append(spec.path)
+        sync_paths.append(config.repo_path(spec.source, spec.path))

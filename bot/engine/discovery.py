@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 from bot.engine.artifacts import Artifact, Placement, unreadable
 from bot.engine.config import RepoConfig
 from bot.engine.flux import OperatorSync, TierSpecError, TierSpecShapeError, operator_sync, tier_spec
-from bot.engine.model import Finding, Manifest, SourceLocation, TierId, TierSpec, plural
+from bot.engine.model import Finding, Manifest, SourceLocation, SourceRef, TierId, TierSpec, plural
 from bot.engine.rendered import RawTier, RenderedTier, object_ref, render_failed, same_tier, unsafe_path
 from bot.engine.tree import normalise_repo_path
 
@@ -68,10 +68,16 @@ def child_specs(tier: RenderedTier, entry: str, config: RepoConfig, locate: Loca
         except TierSpecError as exc:
             findings.append(unsafe_path(tier.spec.id, str(exc), manifest.origin))
             continue
-        if spec.path == entry and config.is_this_repo(spec.source) and spec.id == tier.spec.id:
+        if config.is_this_repo(spec.source) and config.repo_path(spec.source, spec.path) == entry and spec.id == tier.spec.id:
             continue  # the bootstrap Kustomization that applies the entry path itself
         specs.append(spec)
     return specs
+
+
+def in_repo(spec: TierSpec, config: RepoConfig) -> TierSpec:
+    """A spec of this repository's content with its repository path (an artifact of a SUBDIR keeps its own as `source_path`)."""
+    path = config.repo_path(spec.source, spec.path)
+    return spec if path == spec.path else replace(spec, path=path, source_path=spec.path)
 
 
 def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: Locate) -> TierSpec | None:
@@ -82,8 +88,8 @@ def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: L
             spec = tier_spec(manifest, None)
         except TierSpecError:
             continue  # `child_specs` reports it
-        if spec.path == entry and config.is_this_repo(spec.source):
-            return replace(spec, origin=locate(manifest))  # located only when found: a file read per tier
+        if config.is_this_repo(spec.source) and config.repo_path(spec.source, spec.path) == entry:
+            return replace(in_repo(spec, config), origin=locate(manifest))  # located only when found: a file read per tier
     return None
 
 
@@ -95,7 +101,12 @@ def operator_entry(
     for tier in tiers.values():
         for manifest in tier.discovery_objects():
             sync = operator_sync(manifest)
-            if sync is None or normalise_repo_path(str(sync.kustomization["spec"]["path"])) != entry:
+            if sync is None:
+                continue
+            synced = sync.kustomization["spec"]
+            source = synced.get("sourceRef") if isinstance(synced.get("sourceRef"), dict) else {}
+            ref = SourceRef(str(source.get("kind", "GitRepository")), str(source.get("name", "")), str(source.get("namespace") or "flux-system"))
+            if config.repo_path(ref, normalise_repo_path(str(synced["path"])) or "") != entry:
                 continue
             origin = locate(manifest)
             body = patch(sync, tier.spec.id, origin, findings)
@@ -103,7 +114,7 @@ def operator_entry(
                 spec = tier_spec(Manifest(object_ref(body) or manifest.ref, body, origin), None)
             except TierSpecError:
                 continue
-            if spec.path != entry or not config.is_this_repo(spec.source):
+            if not config.is_this_repo(spec.source) or config.repo_path(spec.source, spec.path) != entry:
                 continue
             if same_tier(spec, current) and current.id in tiers:
                 tiers[current.id] = replace(tiers[current.id], spec=spec)

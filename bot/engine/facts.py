@@ -69,6 +69,7 @@ class TierFacts:
     provider_uses: Mapping[tuple[str, str, str], tuple[ObjectStub, ...]] = field(default_factory=dict)  # (kind, name, how)
     not_applied_over: frozenset[ObjectRef] = frozenset()  # never applied over a live object (see _NOT_APPLIED_OVER)
     unpruned: frozenset[ObjectRef] = frozenset()  # `kustomize.toolkit.fluxcd.io/prune: disabled`
+    packages: tuple[tuple[ObjectRef, str], ...] = ()  # a Crossplane package CR's `spec.package` (which provider it is)
 
 
 def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierFacts:
@@ -85,6 +86,7 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
     provider_uses: dict[tuple[str, str, str], list[ObjectStub]] = {}
     not_applied_over: set[ObjectRef] = set()
     unpruned: set[ObjectRef] = set()
+    packages: list[tuple[ObjectRef, str]] = []
     count = 0
     for position, manifest in enumerate(manifests):
         count += 1
@@ -114,6 +116,8 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
             not_applied_over.add(ref)
         if flux_control(manifest, "prune", ("disabled",)):
             unpruned.add(ref)
+        if ref.group == "pkg.crossplane.io" and isinstance(package := (manifest.body.get("spec") or {}).get("package"), str):
+            packages.append((ref, package))
     return TierFacts(
         count=count,
         kinds={gk: tuple(stubs) for gk, stubs in kinds.items()},
@@ -128,6 +132,7 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
         provider_uses={use: tuple(stubs) for use, stubs in provider_uses.items()},
         not_applied_over=frozenset(not_applied_over),
         unpruned=frozenset(unpruned),
+        packages=tuple(packages),
     )
 
 

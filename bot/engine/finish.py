@@ -8,14 +8,14 @@ import hashlib
 import json
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import yaml
 
 from bot.engine import substitute as envsubst
 from bot.engine.errors import InputError, LimitError, SubstitutionError
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierSpec
+from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, SubstituteFrom, TierSpec
 from bot.engine.rendered import (
     CONFIG_KIND, MAY_SUBSTITUTE, ORIGIN_ANNOTATION, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SECRET_MASK,
     RawDocument, RawTier, RenderedTier, SourceIndex, object_ref, render_failed, render_limit,
@@ -129,17 +129,19 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
     if not spec.has_post_build:
         return Variables(variables, frozenset(), False, ())
     for source in spec.substitute_from:
-        found = objects.get((source.kind, spec.id.namespace, source.name))
+        namespace = source.namespace or spec.id.namespace
+        found = objects.get((source.kind, namespace, source.name))
         if found is None:
             open_set = True
             findings.append(
                 Finding(
                     "substitution-source-external",
                     Severity.INFO,
-                    f"substituteFrom {source.kind}/{spec.id.namespace}/{source.name}"
+                    f"substituteFrom {source.kind}/{namespace}/{source.name}"
                     f"{' (optional)' if source.optional else ''} is not in git; its variables could not be checked"
                     + ("" if source.optional else " and Flux fails the build if it is missing on the cluster"),
                     kustomization=spec.id,
+                    object=ObjectRef("v1", source.kind, namespace, source.name),
                     location=spec.origin,
                 )
             )
@@ -158,7 +160,15 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
 
 def sources_present(spec: TierSpec, objects: SourceIndex) -> bool:
     """Whether every substituteFrom source of a tier is among the builds seen so far."""
-    return all((s.kind, spec.id.namespace, s.name) in objects for s in spec.substitute_from)
+    return all((s.kind, s.namespace or spec.id.namespace, s.name) in objects for s in spec.substitute_from)
+
+
+def with_injected(spec: TierSpec, injected: tuple[SubstituteFrom, ...]) -> TierSpec:
+    """A tier as a cluster-wide substitution makes it (an admission webhook, the Flux Operator's): the cluster's
+    sources first, so that the tier's own substituteFrom and substitute win."""
+    if not injected:
+        return spec
+    return replace(spec, has_post_build=True, substitute_from=(*injected, *(s for s in spec.substitute_from if s not in injected)))
 
 
 def finish_key(raw: RawTier, variables: Variables, graph_only: bool, strict: bool) -> str | None:

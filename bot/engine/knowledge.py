@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any
 
@@ -249,6 +249,19 @@ class KnowledgeBase:
             if rule.match == gk:
                 found |= rule.kinds_for(manifest_body)
         return frozenset(found)
+
+    def with_aliases(self, aliases: Iterable[tuple[str, str]]) -> "KnowledgeBase":
+        """A copy where each (alias, chart) names a known chart (`.fluxwarden.yaml` `charts.aliases`); an unknown chart raises ConfigError."""
+        aliases = tuple(aliases)
+        if not aliases:
+            return self
+        charts = dict(self._charts)
+        for alias, target in aliases:
+            rule = self.chart_rule(target)
+            if rule is None:
+                raise ConfigError(f"{USER_SOURCE}: charts.aliases.{alias}: {target!r} is not a chart the knowledge base knows")
+            charts[rule.chart] = replace(charts[rule.chart], aliases=(*charts[rule.chart].aliases, normalise_chart_name(alias)))
+        return KnowledgeBase(self._builtin, self._preinstalled, charts, self._runtime, self._derived)
 
     def with_user_rules(self, entries: list[Mapping]) -> "KnowledgeBase":
         """A copy extended with `.fluxwarden.yaml` `runtime_crds:` entries; invalid ones raise ConfigError.

@@ -126,6 +126,7 @@ class SubstituteFrom:
     kind: str  # ConfigMap | Secret
     name: str
     optional: bool = False
+    namespace: str | None = None  # None: the Kustomization's own (a cluster-injected source names its own)
 
 
 @dataclass(frozen=True)

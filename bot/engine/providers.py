@@ -49,6 +49,7 @@ class ProviderIndex:
         self._charts: list[tuple[TierId, ObjectRef, ChartRule]] = []
         self._released: dict[GroupKind, list[Provider]] = defaultdict(list)  # CRDs rendered charts install
         self._triggers: list[tuple[TierId, ObjectRef, RuntimeCrdRule]] = []
+        self._packages: dict[ObjectRef, str] = {}
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
         if facts is None:
@@ -73,6 +74,7 @@ class ProviderIndex:
                 rule = knowledge.chart_rule(chart) if chart else None
                 if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
                     self._charts.append((tier, manifest.ref, rule))
+            self._packages.update(tier_facts.packages)
             triggers = [
                 (stub.position, index, stub.ref, rule)
                 for gk, stubs in tier_facts.kinds.items()
@@ -84,6 +86,10 @@ class ProviderIndex:
                 self._derived[derived].append(
                     Provider(ProviderKind.RUNTIME, tier, ref, f"{ref.kind} {ref.name} (defines it at run time)")
                 )
+
+    def packages(self, trigger: GroupKind) -> list[str]:
+        """The `spec.package` of every applied trigger CR of kind `trigger` (Crossplane Providers), sorted."""
+        return sorted({self._packages[ref] for _, ref, _ in self._triggers if ref.group_kind == trigger and ref in self._packages})
 
     def learn_live(self, kinds: Mapping[GroupKind, str]) -> None:
         """Record kinds that exist on the live cluster (with who made them) as providers."""
@@ -106,7 +112,7 @@ class ProviderIndex:
         found += [
             Provider(ProviderKind.RUNTIME, tier, ref, f"{rule.operator}, when it reconciles {ref.kind} {ref.name}")
             for tier, ref, rule in self._triggers
-            if rule.creates(gk)
+            if rule.creates(gk) and package_provides(self._packages.get(ref), ref, gk)
         ]
         found += self._derived.get(gk, [])
         if not found:
@@ -118,6 +124,37 @@ class ProviderIndex:
         if gk in self._live:
             found.append(self._live[gk])
         return found
+
+
+# Crossplane provider packages name the API groups they serve: upbound's `provider-aws-iam` serves
+# iam.aws.upbound.io (and iam.aws.m.upbound.io, v2's namespaced kinds), `provider-family-aws` only
+# aws.upbound.io (ProviderConfig); crossplane-contrib's `provider-kubernetes` serves kubernetes.crossplane.io.
+# https://docs.upbound.io/manuals/packages/providers/provider-families/ ; a package of another shape says nothing.
+_PACKAGE_FAMILY_ALIASES = {"terraform": "tf"}  # upbound/provider-terraform serves tf.upbound.io
+
+
+def package_provides(package: str | None, trigger: ObjectRef, gk: GroupKind) -> bool:
+    """Whether a Crossplane Provider with `package` can serve `gk`'s group (True when the package does not say)."""
+    if package is None or trigger.kind != "Provider" or trigger.group != "pkg.crossplane.io":
+        return True
+    name = package.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    if not name.startswith("provider-") or "{" in name or "$" in name:
+        return True
+    name = name[len("provider-"):]
+    family_only = name.startswith("family-")
+    family, _, service = name[len("family-"):].partition("-") if family_only else name.partition("-")
+    family = _PACKAGE_FAMILY_ALIASES.get(family, family)
+    labels = gk.group.split(".")
+    if len(labels) < 3 or labels[-1] != "io" or labels[-2] not in ("upbound", "crossplane"):
+        return False
+    rest = labels[:-2]
+    if rest and rest[-1] == "m":  # v2 namespaced managed resources: <service>.<family>.m.upbound.io
+        rest = rest[:-1]
+    if not rest or rest[-1] != family:
+        return False
+    if family_only:
+        return len(rest) == 1
+    return not service or rest[:-1] in ([], [service.replace("-", "")], [service])
 
 
 def chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> str | None:

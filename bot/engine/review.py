@@ -18,6 +18,8 @@ class ReviewedFinding:
 
     finding: Finding
     new: bool
+    # new only as a knock-on of another new finding (its tier now deadlocks, ...): shown under that cause
+    caused_by: Finding | None = None
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,11 @@ class ClusterReview:
 
     @property
     def new_errors(self) -> int:
-        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.ERROR)
+        return sum(1 for f in self.findings if f.new and f.caused_by is None and f.finding.severity == Severity.ERROR)
 
     @property
     def new_warnings(self) -> int:
-        return sum(1 for f in self.findings if f.new and f.finding.severity == Severity.WARNING)
+        return sum(1 for f in self.findings if f.new and f.caused_by is None and f.finding.severity == Severity.WARNING)
 
 
 # Checks whose findings are about one variable of an object: two variables, two findings.
@@ -85,21 +87,70 @@ def _pair(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[list[bo
     return head_paired, base_paired
 
 
+def _regraded(finding: Finding) -> tuple:
+    """A subject without its severity: the same problem, graded otherwise."""
+    return (_subject(finding)[0], *_subject(finding)[2:])
+
+
 def mark_new(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[ReviewedFinding, ...]:
     """Pair head findings with base ones, each base finding used once; unpaired head findings are new.
 
     Exact matches (same subject and message) pair first, then same subject: a second undefined
     variable in the same object, or a severity raised from info to error, stays new. A finding
-    that says nothing was checked (ALWAYS_NEW) is never paired.
+    that says nothing was checked (ALWAYS_NEW) is never paired. A new finding the base had under
+    another severity, in a tier that has a finding new in every respect (and at least as severe), is
+    that one's consequence (`caused_by`): the tier's grade moved because of it, the problem is old.
     """
     paired, _ = _pair(head, base)
-    return tuple(ReviewedFinding(f, not p) for f, p in zip(head, paired))
+    before = {_regraded(f) for f in base if f.check not in ALWAYS_NEW}
+    new = [f for f, p in zip(head, paired) if not p]
+    causes: dict[TierId, Finding] = {}
+    for f in sorted((f for f in new if _regraded(f) not in before and f.kustomization is not None), key=lambda f: f.severity.rank):
+        causes.setdefault(f.kustomization, f)  # type: ignore[arg-type]
+    out = []
+    for f, p in zip(head, paired):
+        cause = causes.get(f.kustomization) if not p and f.kustomization is not None and _regraded(f) in before else None
+        # never under a milder cause: the verdict counts causes only
+        out.append(ReviewedFinding(f, not p, cause if cause is not None and cause.severity.rank <= f.severity.rank else None))
+    return tuple(out)
+
+
+_CYCLE = re.compile(r"dependsOn forms a cycle: ([^;]+);")
+
+
+def cycle_path(f: Finding) -> tuple[TierId, ...]:
+    """The tiers of a dependency-cycle finding, in dependsOn order (each depends on the next; the first repeats last)."""
+    m = _CYCLE.search(f.message) if f.check == "dependency-cycle" else None
+    if not m:
+        return ()
+    try:
+        return tuple(TierId.parse(p.strip()) for p in m.group(1).split("→"))
+    except ValueError:
+        return ()
+
+
+def unjudged_tiers(findings: tuple[Finding, ...]) -> frozenset[TierId]:
+    """Tiers these findings say were not judged: a render that failed, a dependsOn cycle Flux never applies."""
+    out = {f.kustomization for f in findings if f.check == "render-failed" and f.kustomization is not None}
+    for f in findings:
+        out.update(cycle_path(f))
+    return frozenset(out)
 
 
 def resolved_findings(head: tuple[Finding, ...], base: tuple[Finding, ...]) -> tuple[Finding, ...]:
-    """The base's errors and warnings that no head finding pairs with: what the change fixes."""
-    _, paired = _pair(head, base)
-    return tuple(f for f, p in zip(base, paired) if not p and f.severity in (Severity.ERROR, Severity.WARNING) and f.check not in ALWAYS_NEW)
+    """The base's errors and warnings that no head finding pairs with: what the change fixes.
+
+    A finding on a tier the head could not judge (render-failed, a cycle) is hidden, not fixed; one
+    the head has under another severity is re-graded, not fixed.
+    """
+    head_paired, paired = _pair(head, base)
+    hidden = unjudged_tiers(head) - unjudged_tiers(base)
+    regraded = {_regraded(f) for f, p in zip(head, head_paired) if not p}
+    return tuple(
+        f for f, p in zip(base, paired)
+        if not p and f.severity in (Severity.ERROR, Severity.WARNING) and f.check not in ALWAYS_NEW
+        and f.kustomization not in hidden and _regraded(f) not in regraded
+    )
 
 
 def with_config_notice(review: ClusterReview) -> ClusterReview:

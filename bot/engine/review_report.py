@@ -75,7 +75,7 @@ def review_verdict_line(review: ClusterReview) -> str:
     """About the change's findings only: `❌ prod: 1 new error` · `✅ prod: fixed 2 · no new findings`."""
     verdict = review_verdict(review)
     icon = SEVERITY_ICON[verdict] if verdict else "✅"
-    new = [f.finding for f in review.findings if f.new]
+    new = [f.finding for f in review.findings if f.new and f.caused_by is None]
     counted = _counts_phrase(new, "new ")
     notes = sum(1 for f in new if f.severity is Severity.INFO)
     if counted is None:
@@ -259,8 +259,8 @@ def format_review_text(review: ClusterReview, all_findings: bool = False) -> str
         lines.append(f"  cold start: {review.cold_start_change}")
     lines += [pre_existing_line(review), f"base {_short(review.base_sha)} → head {_short(review.head_sha)}", ""]
     findings = _ordered_findings(review)
-    new = [r.finding for r in findings if r.new and r.finding.severity is not Severity.INFO]
-    notes = [r.finding for r in findings if r.new and r.finding.severity is Severity.INFO]
+    new = [r.finding for r in findings if r.new and r.caused_by is None and r.finding.severity is not Severity.INFO]
+    notes = [r.finding for r in findings if r.new and r.caused_by is None and r.finding.severity is Severity.INFO]
     old = [r.finding for r in findings if not r.new]
 
     def finding_lines(f: Finding, tag: str) -> list[str]:
@@ -270,6 +270,7 @@ def format_review_text(review: ClusterReview, all_findings: bool = False) -> str
 
     for f in new:
         lines += finding_lines(f, "new")
+        lines += [f"        follows from it: {c.severity.value} {c.check}  {' '.join(str(x) for x in (c.kustomization, c.object) if x)}" for c in consequences(review, f)]
     for f in review.resolved:
         scope = " ".join(str(x) for x in (f.kustomization, f.object) if x)
         lines.append(f"fixed: {f.severity.value} {f.check}  {scope}")
@@ -336,7 +337,10 @@ def review_to_json(review: ClusterReview) -> dict[str, Any]:
         },
         "kustomizations": review.head.to_json()["kustomizations"],
         **({"cold_start": {**review.head.cold_start.to_json(), "change": review.cold_start_change}} if review.head.cold_start is not None else {}),
-        "findings": [{**f.finding.to_json(), "new": f.new, "summary": finding_summary(f.finding)} for f in _ordered_findings(review)],
+        "findings": [
+            {**f.finding.to_json(), "new": f.new, "summary": finding_summary(f.finding), **({"causedBy": finding_summary(f.caused_by)} if f.caused_by else {})}
+            for f in _ordered_findings(review)
+        ],
         "resolved": [{**f.to_json(), "summary": finding_summary(f)} for f in review.resolved],
         "changes": [
             {
@@ -681,6 +685,21 @@ def _finding_row(review: ClusterReview, multi: bool, f: Finding, mark: str, link
     return f"- {mark} " + " · ".join(names) + f": {before}{md.rich(finding_summary(f))}" + (f" ({where})" if where else "")
 
 
+def consequences(review: ClusterReview, cause: Finding) -> list[Finding]:
+    """The new findings that only follow from `cause` (bot/engine/review.py mark_new caused_by)."""
+    return [r.finding for r in review.findings if r.new and r.caused_by == cause]
+
+
+def _consequence_rows(review: ClusterReview, f: Finding, mark: str) -> str:
+    """Under a new finding's list item: the findings re-graded because of it, not each a 🆕 of its own."""
+    if mark == FIXED_MARK:
+        return ""
+    return "".join(
+        f"  - follows from it: {SEVERITY_ICON[c.severity]} `{c.check}`" + (f" · {md.code(short_object(c.object))}" if c.object else "") + f": {md.rich(finding_summary(c))}\n"
+        for c in consequences(review, f)
+    )
+
+
 def _finding_details(review: ClusterReview, multi: bool, f: Finding, mark: str) -> str:
     """The full explanation and the fix, folded: one `<details>` per new or resolved finding."""
     scope = " · ".join(md.html(x) for x in ([review.cluster] if multi else []) + [f.check] + [str(x) for x in (f.kustomization, f.object) if x])
@@ -690,7 +709,7 @@ def _finding_details(review: ClusterReview, multi: bool, f: Finding, mark: str) 
 
 def _notes_details(review: ClusterReview, multi: bool, link_base: str | None) -> str:
     """New info findings: notes, folded, never counted as new findings."""
-    notes = [f.finding for f in review.findings if f.new and f.finding.severity is Severity.INFO]
+    notes = [f.finding for f in review.findings if f.new and f.caused_by is None and f.finding.severity is Severity.INFO]
     if not notes:
         return ""
     where = f" on {md.html(review.cluster)}" if multi else ""
@@ -780,7 +799,7 @@ def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_l
         intro = intro_at(cap, graph)
     rows: list[tuple[ClusterReview, Finding, str]] = []
     for r in reviews:
-        rows += [(r, f.finding, f"{SEVERITY_ICON[f.finding.severity]} {NEW_MARK}") for f in _ordered_findings(r) if f.new and f.finding.severity is not Severity.INFO]
+        rows += [(r, f.finding, f"{SEVERITY_ICON[f.finding.severity]} {NEW_MARK}") for f in _ordered_findings(r) if f.new and f.caused_by is None and f.finding.severity is not Severity.INFO]
     rows.sort(key=lambda row: row[1].severity.rank)
     for r in reviews:
         rows += [(r, f, FIXED_MARK) for f in sorted(r.resolved, key=lambda f: f.sort_key())]
@@ -792,7 +811,7 @@ def _first_screen(reviews: Sequence[ClusterReview], link_base: str | None, max_l
     def render(keep: int, explained: int, with_old: bool = True) -> str:
         if not rows:
             return intro + (old + "\n" if with_old and old else "")
-        body = "".join(_finding_row(r, multi, f, mark, link_base) + "\n" for r, f, mark in rows[:keep])
+        body = "".join(_finding_row(r, multi, f, mark, link_base) + "\n" + _consequence_rows(r, f, mark) for r, f, mark in rows[:keep])
         if keep < len(rows):
             body += f"- … {_plural(len(rows) - keep, 'more finding')} not shown (see the JSON output)\n"
         details = "".join(_finding_details(r, multi, f, mark) for r, f, mark in rows[:explained])

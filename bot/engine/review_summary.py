@@ -17,11 +17,10 @@ import yaml
 
 from bot.engine.diff import ChangeKind, ObjectChange, TierDiff
 from bot.engine.model import Finding, Severity, TierId
-from bot.engine.review import ClusterReview
+from bot.engine.review import ClusterReview, cycle_path
 
 # -- what to do -------------------------------------------------------------------------------------
 
-_CYCLE = re.compile(r"dependsOn forms a cycle: ([^;]+);")
 _SAME_TIER_CR = re.compile(r"Keep (\S+ \S+) in a Kustomization with wait: true")
 _ADD_DEPENDENCY = re.compile(r"Add dependsOn: ([^(;.]+?)(?: \(|;|\.|$)")
 
@@ -32,17 +31,6 @@ def _names(tier: TierId | None, review: ClusterReview) -> str:
         return "its tier"
     namespaces = {t.id.namespace for t in review.head.tiers}
     return tier.name if namespaces <= {tier.namespace} else str(tier)
-
-
-def cycle_path(f: Finding) -> tuple[TierId, ...]:
-    """The tiers of a dependency-cycle finding, in dependsOn order (each depends on the next; the first repeats last)."""
-    m = _CYCLE.search(f.message) if f.check == "dependency-cycle" else None
-    if not m:
-        return ()
-    try:
-        return tuple(TierId.parse(p.strip()) for p in m.group(1).split("→"))
-    except ValueError:
-        return ()
 
 
 def cycle_edge(f: Finding, review: ClusterReview) -> tuple[TierId, TierId] | None:
@@ -105,7 +93,7 @@ def actions(review: ClusterReview) -> tuple[str, ...]:
     out: list[str] = []
     for reviewed in sorted(review.findings, key=lambda r: r.finding.severity.rank):
         f = reviewed.finding
-        if reviewed.new and _needs_action(f):
+        if reviewed.new and reviewed.caused_by is None and _needs_action(f):
             line = fix_line(f, review)
             if line not in out:
                 out.append(line)

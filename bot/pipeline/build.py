@@ -229,13 +229,17 @@ class Locator:
         if origin is None or origin.line is not None:
             return origin
         heads, exact = self.lines.heads(origin.file)
-        line = exact.get((manifest.ref.kind, manifest.ref.name))
+        ref = manifest.ref
+        # The document with the same name in the same namespace: two documents of a file may share a name
+        # (a Secret per namespace); then one the build put in its namespace, then the first of that name.
+        line = exact.get((ref.kind, ref.name, ref.namespace)) or exact.get((ref.kind, ref.name, "")) or exact.get((ref.kind, ref.name))
         if line is not None:  # the name as written: nothing longer can match
             return SourceLocation(origin.file, line)
         # The longest written name inside the rendered one: `web` must not claim `x-web-config` (namePrefix).
-        matches = [h for h in heads if h.kind == manifest.ref.kind and h.name and h.name in manifest.ref.name]
+        matches = [h for h in heads if h.kind == ref.kind and h.name and h.name in ref.name]
         if matches:
-            return SourceLocation(origin.file, max(matches, key=lambda h: len(h.name)).line)
+            best = max(matches, key=lambda h: (len(h.name), h.namespace == ref.namespace))
+            return SourceLocation(origin.file, best.line)
         return origin
 
 

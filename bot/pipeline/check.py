@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.adapters.memory import check_stop
-from bot.engine.bootstrap import Bootstrap, bare_cluster_findings, bootstrap_findings, discover_bootstrap
+from bot.engine.bootstrap import Bootstrap, applied_before_flux, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.engine.checks import CheckContext, run_checks
 from bot.engine.config import RepoConfig, cluster_entry, known_clusters
 from bot.engine.errors import UserError
@@ -114,7 +114,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     """
     snapshot, config, cache, binary = renderer.snapshot, renderer.config, renderer.cache, renderer.binary
     entry = cluster_entry(config, cluster, snapshot)
-    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds))
+    knowledge = default_knowledge().with_user_rules(list(config.runtime_crds)).with_aliases(config.chart_aliases)
     facts = FactsStore(knowledge, cache, renderer.memo)
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
@@ -151,7 +151,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
         )
         check_stop()
         findings = [
-            *render.findings, *run_checks(ctx), *unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
+            *(f for f in render.findings if not applied_before_flux(f, present)), *run_checks(ctx), *unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
             *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),
         ]
         cold_start = ctx.cold_start

@@ -47,7 +47,7 @@ def render_cluster(
     with open_run(replace(options, cache_dir=cache_dir), prefix="fluxwarden-drift-") as run:
         session = run.tree(tree, config=config)
         entry = cluster_entry(session.config, cluster, session.snapshot)
-        knowledge = default_knowledge().with_user_rules(list(session.config.runtime_crds))
+        knowledge = default_knowledge().with_user_rules(list(session.config.runtime_crds)).with_aliases(session.config.chart_aliases)
         render = session.renderer().render_cluster(cluster, entry)
         return RenderedCluster(render, ProviderIndex(render, knowledge))
 

@@ -376,15 +376,16 @@ class LineMemo:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self._files: dict[str, tuple[list, dict[tuple[str, str], int]]] = {}
+        self._files: dict[str, tuple[list, dict[tuple[str, ...], int]]] = {}
 
-    def heads(self, rel: str) -> tuple[list, dict[tuple[str, str], int]]:
-        """(document heads, line by kind and name) of a repo file."""
+    def heads(self, rel: str) -> tuple[list, dict[tuple[str, ...], int]]:
+        """(document heads, line by kind, name and written namespace, and by kind and name) of a repo file."""
         located = self._files.get(rel)
         if located is None:
             heads = document_heads(self.snapshot, rel)
-            exact: dict[tuple[str, str], int] = {}
+            exact: dict[tuple[str, ...], int] = {}
             for head in heads:
+                exact.setdefault((head.kind, head.name, head.namespace), head.line)
                 exact.setdefault((head.kind, head.name), head.line)
             located = self._files[rel] = (heads, exact)
         return located

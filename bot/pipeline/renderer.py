@@ -23,11 +23,11 @@ from bot.adapters.memory import check_stop
 from bot.adapters.workspace import Snapshot
 from bot.engine.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place
 from bot.engine.config import CONFIG_FILE, RepoConfig
-from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, operator_entry, within_artifact
+from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry, within_artifact
 from bot.engine.facts import ObjectStub
-from bot.engine.finish import finish_key, finish_tier, sources_present, tier_variables
+from bot.engine.finish import finish_key, finish_tier, sources_present, tier_variables, with_injected
 from bot.engine.flux import entry_tier
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
+from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, render_key, tree_key
@@ -175,9 +175,10 @@ class Renderer:
                 hit = self.builds.keep(key, hit)
         return hit.for_spec(spec) if hit is not None else None
 
-    def finish(self, raw: RawTier, objects: SourceIndex, graph_only: bool = False) -> tuple[RenderedTier, list[Finding]]:
+    def finish(self, raw: RawTier, objects: SourceIndex, graph_only: bool = False, injected: tuple[SubstituteFrom, ...] = ()) -> tuple[RenderedTier, list[Finding]]:
         """postBuild substitution and commonMetadata for one built tier, from the finish memo when it was done before."""
-        spec = raw.spec
+        spec = with_injected(raw.spec, injected)
+        raw = raw if spec is raw.spec else replace(raw, spec=spec)
         if raw.failed and not raw.documents:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
         variables = tier_variables(spec, objects)
@@ -214,7 +215,7 @@ class Renderer:
                 return remembered
         entry_spec = entry_tier(entry)
         for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
-            run = _ClusterPass(self, entry, entry_spec, graph_only, on_finished).run(last=attempt == 2)
+            run = _ClusterPass(self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ())).run(last=attempt == 2)
             if run.better_entry is None:
                 break
             entry_spec = run.better_entry
@@ -244,9 +245,11 @@ class _ClusterPass:
     """One pass over a cluster from an entry spec: schedule builds, finish tiers as their sources arrive, follow children."""
 
     def __init__(
-        self, renderer: Renderer, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None
+        self, renderer: Renderer, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None,
+        injected: tuple[SubstituteFrom, ...] = (),
     ) -> None:
         self.renderer, self.entry, self.entry_spec = renderer, entry, entry_spec
+        self.injected = injected  # `clusters.<name>.substitute_from`: what the cluster substitutes into every tier
         self.graph_only, self.on_finished = graph_only, on_finished
         self.findings: list[Finding] = []
         self.tiers: dict[TierId, RenderedTier] = {}
@@ -322,7 +325,7 @@ class _ClusterPass:
             self.placed[spec.id] = (artifact, placement)
             self._schedule(replace(spec, path=placement.path, source_path=spec.path))
         elif self.renderer.config.is_this_repo(spec.source):
-            self._schedule(spec)
+            self._schedule(in_repo(spec, self.renderer.config))
         else:
             self._not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
         return True
@@ -353,11 +356,11 @@ class _ClusterPass:
         renderer = self.renderer
         for tid in list(self.built):
             raw = self.built[tid]
-            if self.outstanding and not sources_present(raw.spec, self.objects):
+            if self.outstanding and not sources_present(with_injected(raw.spec, self.injected), self.objects):
                 continue  # its substituteFrom may be rendered by a tier still building
             check_stop()
             del self.built[tid]
-            rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only)
+            rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only, self.injected)
             if tid == self.entry_spec.id:
                 own = bootstrap_spec(rendered, self.entry, renderer.config, renderer.locate)
                 if own is not None and not same_tier(own, self.entry_spec) and not last:

@@ -386,7 +386,7 @@ def test_declared_config_parsed() -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("bootstrap: [a]", "`bootstrap` must be a mapping of `helmreleases`, `crds` and `manifests`"),
+        ("bootstrap: [a]", "`bootstrap` must be a mapping of `helmreleases`, `crds`, `manifests` and `namespaces`"),
         ("bootstrap: {charts: [a]}", "`bootstrap` must be a mapping"),
         ("bootstrap: {helmreleases: cert-manager}", "`bootstrap`.helmreleases must be a list of strings"),
         ("bootstrap: {helmreleases: [cert-manager]}", "'cert-manager' is not `namespace/name` of a HelmRelease"),
@@ -603,3 +603,112 @@ machine:
     assert "Talos API access" in unknown[0].message
     disabled = repo(tmp_path / "off", {"talos/patches/talos-api-access.yaml": patch.replace("enabled: true", "enabled: false")})
     assert ("talos.dev", "ServiceAccount") not in discover(disabled).crds
+
+
+# -- the bootstrap as the repository describes it (issue 22, part 2) ---------------------------------
+
+
+def test_declared_manifests_take_effect(tmp_path: Path) -> None:
+    """A new user declares what `kubernetes/bootstrap/` applies (a file, two directories) and a namespace: the CRD,
+    the Namespace and the Secret they hold exist before Flux, so no unknown kind and no "not in git" source."""
+    from tests.fluxrepo import crd
+
+    root = write_tree(tmp_path / "repo", flux_repo(
+        {"apps": ks("apps", "./kubernetes/apps", wait=True, post_build={"substituteFrom": [{"kind": "Secret", "name": "cluster-secrets"}]})},
+        {
+            "kubernetes/apps/kustomization.yaml": kustomization("app.yaml"),
+            "kubernetes/apps/app.yaml": dump(obj("v1", "ConfigMap", "web", "media", data={"domain": "${DOMAIN}"}), obj("example.com/v1", "Widget", "w", "tools")),
+            "kubernetes/bootstrap/namespaces.yaml": dump(obj("v1", "Namespace", "media")),
+            "kubernetes/bootstrap/crds/widgets.yaml": dump(crd("example.com", "Widget", "widgets")),
+            "kubernetes/bootstrap/secrets/kustomization.yaml": "namespace: flux-system\nresources: [cluster-secrets.yaml]\n",
+            "kubernetes/bootstrap/secrets/cluster-secrets.yaml": dump(obj("v1", "Secret", "cluster-secrets", stringData={"DOMAIN": "example.com"})),
+            ".fluxwarden.yaml": "bootstrap:\n  manifests: [kubernetes/bootstrap/namespaces.yaml, kubernetes/bootstrap/crds, kubernetes/bootstrap/secrets]\n  namespaces: [tools]\n",
+        },
+    ))
+    found = discover(root)
+    assert ("example.com", "Widget") in found.crds
+    assert {ns for ns, _ in found.namespaces} == {"media", "tools"}
+    assert ("Secret", "flux-system", "cluster-secrets") in found.objects
+    report = check_repository(root, "dev")
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == []
+    unknown = next(f for f in report.findings if f.check == "unknown-kind")
+    assert unknown.message.startswith("fine on a cold start only because of the bootstrap: 3 paths declared applied before Flux")
+    assert not [f for f in report.findings if f.check == "substitution-source-external"]
+
+
+JUSTFILE = '''set quiet
+[doc("Bootstrap: helmfile sync the apps, then Flux takes over")]
+[group('bootstrap')]
+default: namespaces
+    echo "next: helmfile --file kubernetes/bootstrap/helmfile.yaml sync"
+    gum log --level info "helmfile --file kubernetes/bootstrap/helmfile.yaml sync"
+    # helmfile --file kubernetes/bootstrap/helmfile.yaml sync
+
+[private]
+namespaces:
+    kubectl create namespace media --dry-run=client -o yaml | kubectl apply --server-side --filename -
+'''
+
+
+def test_script_namespaces_and_text_that_is_not_a_command(tmp_path: Path) -> None:
+    """bjw-s-shaped `kubernetes/bootstrap/mod.just`: `kubectl create namespace` makes a namespace Flux also
+    manages exist before Flux; a helmfile named only in a `[doc(…)]`, an echo, a log line or a comment is not run."""
+    root = write_tree(tmp_path / "repo", flux_repo(
+        {"infra": ks("infra", "./kubernetes/infra", wait=True), "apps": ks("apps", "./kubernetes/apps")},
+        {
+            "kubernetes/infra/kustomization.yaml": kustomization("ns.yaml"),
+            "kubernetes/infra/ns.yaml": dump(obj("v1", "Namespace", "media")),
+            "kubernetes/apps/kustomization.yaml": kustomization("app.yaml"),
+            "kubernetes/apps/app.yaml": dump(obj("v1", "ConfigMap", "web", "media")),
+            "kubernetes/bootstrap/mod.just": JUSTFILE,
+            "kubernetes/bootstrap/helmfile.yaml": "releases:\n  - name: cert-manager\n    namespace: cert-manager\n    chart: oci://quay.io/jetstack/charts/cert-manager\n",
+        },
+    ))
+    found = discover(root)
+    assert found.namespaces == {("media", "kubernetes/bootstrap/mod.just")}
+    text = " ".join(descriptions(found))
+    assert "1 namespace created by kubernetes/bootstrap/mod.just before Flux: media" in text
+    assert "run by kubernetes/bootstrap/mod.just" not in text and "run by no script found" in text
+    report = check_repository(root, "dev")
+    provider = next(f for f in report.findings if f.check == "missing-provider")
+    assert provider.severity is Severity.INFO and "because of the bootstrap: 1 namespace created by kubernetes/bootstrap/mod.just" in provider.message
+
+
+TALCONFIG = """---
+clusterName: home
+cniConfig: { name: none }
+patches:
+  - "@./patches/disable-kube-proxy.yaml"
+controlPlane:
+  patches:
+    - |-
+      cluster:
+        extraManifests:
+          - https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.2.1/experimental-install.yaml
+          - https://example.com/other.yaml
+"""
+
+
+def test_talos_extra_manifest_bundles_and_a_disabled_cni(tmp_path: Path) -> None:
+    """mirceanton-shaped talconfig: gateway-api CRDs from extraManifests exist; `cniConfig: {name: none}` means
+    cilium (its HelmRelease in git) was installed before Flux, whose pods need a pod network."""
+    root = repo(tmp_path, {
+        "talos/talconfig.yaml": TALCONFIG,
+        "talos/patches/controlplane.yaml": dump({"cluster": {"extraManifests": ["https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.2.1/standard-install.yaml"]}}),
+        "infra/kustomization.yaml": kustomization("releases.yaml", "cilium.yaml"),
+        "infra/cilium.yaml": dump(helmrelease("cilium", "kube-system", "cilium")),
+    })
+    found = discover(root)
+    assert ("gateway.networking.k8s.io", "HTTPRoute") in found.crds
+    assert ("kube-system", "cilium") in found.releases
+    text = " ".join(descriptions(found))
+    assert "CRD bundles in Talos extraManifests of talos/patches/controlplane.yaml exist before Flux: standard-install.yaml" in text
+    assert "the built-in CNI is disabled in talos/talconfig.yaml: the CNI (kube-system/cilium) was installed before Flux" in text
+    k3s = repo(tmp_path / "k3s", {
+        "ansible/inventory/group_vars/k3s.yml": "k3s_server_config:\n  flannel-backend: none\n  disable-network-policy: true\n",
+        "infra/kustomization.yaml": kustomization("releases.yaml", "cilium.yaml"),
+        "infra/cilium.yaml": dump(helmrelease("cilium", "kube-system", "cilium")),
+    })
+    assert ("kube-system", "cilium") in discover(k3s).releases
+    kept = repo(tmp_path / "kept", {"infra/kustomization.yaml": kustomization("releases.yaml", "cilium.yaml"), "infra/cilium.yaml": dump(helmrelease("cilium", "kube-system", "cilium"))})
+    assert ("kube-system", "cilium") not in discover(kept).releases  # nothing says the built-in CNI is off

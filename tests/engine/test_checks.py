@@ -1133,3 +1133,57 @@ def test_cr_whose_chart_is_installed_by_a_child_tier_deadlocks(tmp_path):
     assert [(f.kustomization.name, f.object.kind) for f in errors] == [("infra", "ClusterIssuer")], [f.message for f in report.findings]
     assert "never becomes Ready" in errors[0].message
     assert "flux-system/cert-manager is applied by flux-system/infra itself" in errors[0].message
+
+
+# -- Crossplane providers: a package serves its own API groups (issue 22, part 4) -----------------------
+
+
+def _crossplane_platform(*packages: str) -> dict[str, str]:
+    """A platform repo: crossplane's chart, a providers tier (waited), a claims tier with an IAM Role and a kubernetes Object."""
+    providers = [crd("pkg.crossplane.io", "Provider", "providers", scope="Cluster")] + [
+        obj("pkg.crossplane.io/v1", "Provider", p.rsplit("/", 1)[-1].split(":")[0], spec={"package": p}) for p in packages
+    ]
+    role = obj("iam.aws.upbound.io/v1beta1", "Role", "ci", spec={"forProvider": {"assumeRolePolicy": "{}"}})
+    thing = obj("kubernetes.crossplane.io/v1alpha2", "Object", "ns", spec={"forProvider": {"manifest": {}}})
+    return repo(
+        {"providers": ks("providers", "./providers", wait=True), "claims": ks("claims", "./claims", depends_on=["providers"])},
+        {"providers": providers, "claims": [role, thing]},
+    )
+
+
+def test_crossplane_provider_kubernetes_does_not_serve_aws_kinds(tmp_path: Path) -> None:
+    report = run(tmp_path / "k8s", _crossplane_platform("xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0"))
+    unknown = [f for f in report.findings if f.check == "unknown-kind"]
+    assert [f.object.kind for f in unknown if f.severity is Severity.WARNING] == ["Role"], [f.message for f in unknown]
+    role = next(f for f in unknown if f.object.kind == "Role")
+    assert "Provider.pkg.crossplane.io whose package serves iam.aws.upbound.io; this cluster's (xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0) do not" in role.message
+    assert not [f for f in unknown if f.object.kind == "Object" and f.severity is not Severity.INFO]
+    both = run(tmp_path / "aws", _crossplane_platform(
+        "xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0", "xpkg.upbound.io/upbound/provider-aws-iam:v1.14.0",
+    ))
+    assert not [f for f in both.findings if f.check == "unknown-kind" and f.severity is not Severity.INFO], [f.message for f in both.findings]
+
+
+@pytest.mark.parametrize(
+    "package,group,served",
+    [
+        ("xpkg.upbound.io/upbound/provider-aws-iam:v1", "iam.aws.upbound.io", True),
+        ("xpkg.upbound.io/upbound/provider-aws-iam:v1", "iam.aws.m.upbound.io", True),
+        ("xpkg.upbound.io/upbound/provider-aws-iam:v1", "aws.upbound.io", True),  # its family provider comes with it
+        ("xpkg.upbound.io/upbound/provider-aws-iam:v1", "s3.aws.upbound.io", False),
+        ("xpkg.upbound.io/upbound/provider-aws-iam:v1", "iam.gcp.upbound.io", False),
+        ("xpkg.upbound.io/upbound/provider-family-aws:v1", "aws.upbound.io", True),
+        ("xpkg.upbound.io/upbound/provider-family-aws:v1", "ec2.aws.upbound.io", False),
+        ("xpkg.upbound.io/upbound/provider-aws:v0.47", "ec2.aws.upbound.io", True),
+        ("xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0", "kubernetes.crossplane.io", True),
+        ("xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0", "iam.aws.upbound.io", False),
+        ("xpkg.upbound.io/upbound/provider-terraform:v0.20", "tf.upbound.io", True),
+        ("registry.example.com/acme/internal-things:v1", "iam.aws.upbound.io", True),  # a package of another shape says nothing
+    ],
+)
+def test_crossplane_package_groups(package: str, group: str, served: bool) -> None:
+    from bot.engine.model import GroupKind, ObjectRef
+    from bot.engine.providers import package_provides
+
+    trigger = ObjectRef("pkg.crossplane.io/v1", "Provider", "", "p")
+    assert package_provides(package, trigger, GroupKind(group, "Thing")) is served

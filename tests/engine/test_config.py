@@ -106,3 +106,36 @@ def test_example_config_declares_a_bootstrap() -> None:
     config = load_repo_config((ROOT / "config/repo.example.fluxwarden.yaml").read_text())
     assert config.bootstrap.helmreleases == ("kube-system/cilium",)
     assert config.bootstrap.crds == ("cert-manager.io/ClusterIssuer",)
+
+
+def test_a_configured_repo_has_no_guessed_clusters(tmp_path: Path) -> None:
+    """A hub (`.fluxwarden.yaml` names `hub`) whose clusters/ folder also holds a spoke: `--cluster spoke` is an error."""
+    write_tree(tmp_path, {
+        "clusters/hub/kustomization.yaml": kustomization("../spoke"),
+        "clusters/spoke/kustomization.yaml": kustomization(),
+    })
+    config = load_repo_config("clusters: {hub: {path: clusters/hub}, edge: {path: kubernetes/edge}}\n")
+    snapshot = Snapshot(tmp_path, ())
+    assert cluster_entry(config, "hub", snapshot) == "clusters/hub"
+    with pytest.raises(ConfigError, match=r"unknown cluster .spoke. \(known: edge, hub\): the configuration names every cluster"):
+        cluster_entry(config, "spoke", snapshot)
+
+
+def test_a_scaffold_folder_of_placeholders_is_no_cluster(tmp_path: Path) -> None:
+    """A template folder beside the real clusters (cluster-template-shaped): `${CLUSTER}`, `<cluster-name>`, `{{ .cluster }}`."""
+    sync = lambda path: (  # noqa: E731
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: flux-system, namespace: flux-system}\n"
+        f"spec: {{interval: 10m, path: '{path}', prune: true, sourceRef: {{kind: GitRepository, name: flux-system}}}}\n"
+    )
+    write_tree(tmp_path, {
+        "clusters/prod/kustomization.yaml": kustomization("flux-system"),
+        "clusters/prod/flux-system/kustomization.yaml": kustomization("gotk-sync.yaml"),
+        "clusters/prod/flux-system/gotk-sync.yaml": sync("./clusters/prod"),
+        "clusters/${CLUSTER}/kustomization.yaml": kustomization(),
+        "clusters/template/kustomization.yaml": kustomization("flux-system"),
+        "clusters/template/flux-system/kustomization.yaml": kustomization("gotk-sync.yaml"),
+        "clusters/template/flux-system/gotk-sync.yaml": sync("./clusters/<cluster-name>"),
+        "scaffold/{{ .cluster }}/flux-system/gotk-sync.yaml": sync("./scaffold/{{ .cluster }}"),
+    })
+    snapshot = Snapshot(tmp_path, ())
+    assert known_clusters(RepoConfig(), snapshot) == {"prod": "clusters/prod"}

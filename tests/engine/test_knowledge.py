@@ -14,7 +14,7 @@ from bot.engine.knowledge import (
     load_knowledge,
     normalise_chart_name,
 )
-from bot.engine.model import GroupKind
+from bot.engine.model import GroupKind, Severity
 
 
 @pytest.fixture(scope="module")
@@ -432,3 +432,47 @@ def test_invalid_data_file_is_reported():
         )
     with pytest.raises(ConfigError, match="unknown section"):
         load_knowledge("bogus: 1\n")
+
+
+def test_chart_aliases_in_the_knowledge_base_and_declared(kb) -> None:
+    """A fork published under another name is the chart it forks: in the knowledge base, and as the user declares it."""
+    assert kb.chart_rule("oci://ghcr.io/perfectra1n/charts/volsync-perfectra1n:0.14.0").chart == "volsync"
+    assert kb.chart_rule("my-cert-manager") is None
+    declared = kb.with_aliases([("my-cert-manager", "cert-manager")])
+    assert declared.chart_rule("oci://ghcr.io/acme/mirror/my-cert-manager:v1.16").chart == "cert-manager"
+    assert kb.chart_rule("my-cert-manager") is None  # a copy: the shipped knowledge is untouched
+    with pytest.raises(ConfigError, match=r"charts\.aliases\.fork: 'no-such-chart' is not a chart the knowledge base knows"):
+        kb.with_aliases([("fork", "no-such-chart")])
+
+
+def test_declared_chart_alias_provides_its_crds(tmp_path) -> None:
+    """mirceanton-shaped: volsync from a mirror under another name; ReplicationSources in a tier that depends on it."""
+    from bot.engine.config import load_repo_config
+    from bot.pipeline.check import check_repository
+    from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
+
+    oci = obj("source.toolkit.fluxcd.io/v1", "OCIRepository", "volsync", "storage-system", spec={"interval": "1h", "url": "oci://ghcr.io/acme/charts-mirror/volsync-acme", "ref": {"tag": "0.14.0"}})
+    release = obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", "volsync", "storage-system", spec={"interval": "1h", "chartRef": {"kind": "OCIRepository", "name": "volsync"}})
+    source = obj("volsync.backube/v1alpha1", "ReplicationSource", "immich", "media", spec={"sourcePVC": "immich"})
+    files = flux_repo(
+        {"volsync": ks("volsync", "./storage", wait=True), "media": ks("media", "./media", depends_on=["volsync"])},
+        {
+            "storage/kustomization.yaml": kustomization("volsync.yaml"),
+            "storage/volsync.yaml": dump(obj("v1", "Namespace", "storage-system"), oci, release),
+            "media/kustomization.yaml": kustomization("immich.yaml"),
+            "media/immich.yaml": dump(obj("v1", "Namespace", "media"), source),
+        },
+    )
+    root = write_tree(tmp_path / "repo", files)
+    from bot.pipeline.releases import ChartOptions
+    from bot.pipeline.session import CheckOptions
+
+    options = CheckOptions(charts=ChartOptions(render=False))
+    before = [f for f in check_repository(root, "dev", options).findings if f.check == "unknown-kind"]
+    # Unknown chart: only assumed, from the graph.
+    assert [f.severity for f in before] == [Severity.INFO] and "assumed served" in before[0].message and "chart volsync-acme not known" in before[0].message
+    write_tree(root, {".fluxwarden.yaml": "charts:\n  aliases: {volsync-acme: volsync}\n"})
+    assert load_repo_config((root / ".fluxwarden.yaml").read_text()).chart_aliases == (("volsync-acme", "volsync"),)
+    after = check_repository(root, "dev", options).findings
+    assert [f for f in after if f.check == "unknown-kind"] == []
+    assert [f for f in after if f.severity is not Severity.INFO] == []

@@ -397,6 +397,17 @@ def test_locate_line_in_multi_document_file(tmp_path: Path, binary: KustomizeBin
     assert (located.file, located.line) == ("app/m.yaml", line)
 
 
+def test_locate_the_second_document_of_a_name_in_its_namespace(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """One file, the same Secret written for two namespaces (a home-ops `cluster-secrets` per app namespace):
+    the second one's findings point at the second document, not at the first of that name."""
+    secret = lambda ns: obj("v1", "Secret", "cluster-secrets", ns, stringData={"DOMAIN": "example.com"})  # noqa: E731
+    text = "# one per namespace\n" + dump(secret("media"), secret("home"))
+    renderer, cr = render(tmp_path, app_repo({"app/secrets.yaml": text}), binary)
+    objects = by_ref(cr)
+    assert renderer.locate(objects["Secret/media/cluster-secrets"]).line == 2
+    assert renderer.locate(objects["Secret/home/cluster-secrets"]).line == 10  # 7 lines, `---`, then the document
+
+
 def test_crlf_line_endings_render(tmp_path: Path, binary: KustomizeBinary) -> None:
     text = dump(cm("first", data={"k": "v"}), cm("second", data={"k": "w"})).replace("\n", "\r\n").encode()
     renderer, cr = render(tmp_path, app_repo({}), binary, raw={"app/crlf.yaml": text})
@@ -934,3 +945,52 @@ def test_render_limits_stop_a_render_with_a_finding(tmp_path: Path, binary: Kust
     assert [f.kustomization.name for f in limited] == refused[:1]
     assert all(words in f.message for f in limited)
     assert sorted(t.name for t, tier in cr.tiers.items() if tier.rendered) == [n for n in ["a", "b", "c", "d", "flux-system"] if n not in refused]
+
+
+def test_a_cluster_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> None:
+    """CI pushes ./kubernetes as an OCI artifact (`flux push artifact --path=./kubernetes`) and the cluster syncs it:
+    `source: {kind: OCIRepository, name: flux-system, path: kubernetes}` says the artifact is this repository's kubernetes/."""
+    oci = {"source": "flux-system", "source_kind": "OCIRepository"}
+    files = {
+        "kubernetes/clusters/main/kustomization.yaml": kustomization("flux-system.yaml", "apps.yaml"),
+        "kubernetes/clusters/main/flux-system.yaml": dump(ks("flux-system", "./clusters/main", **oci)),
+        "kubernetes/clusters/main/apps.yaml": dump(ks("apps", "./apps", **oci)),
+        "kubernetes/apps/kustomization.yaml": kustomization("cm.yaml"),
+        "kubernetes/apps/cm.yaml": dump(cm("web", "default", data={"a": "b"})),
+        ".github/workflows/push.yaml": "jobs: {push: {steps: [{run: 'flux push artifact oci://ghcr.io/acme/home-ops:latest --path=./kubernetes'}]}}\n",
+        ".fluxwarden.yaml": "clusters: {main: {path: kubernetes/clusters/main}}\nsource: {kind: OCIRepository, name: flux-system, path: kubernetes}\n",
+    }
+    root = write_tree(tmp_path / "repo", files)
+    config = load_repo_config(files[".fluxwarden.yaml"])
+    assert config.is_this_repo(config.sources[0]) and config.repo_path(config.sources[0], "apps") == "kubernetes/apps"
+    report = check_repository(root, "main")
+    assert {(t.id.name, t.path, t.source_path, t.objects) for t in report.tiers} == {
+        ("flux-system", "kubernetes/clusters/main", "clusters/main", 2), ("apps", "kubernetes/apps", "apps", 1),
+    }
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == []
+
+
+def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """The Flux Operator substitutes cluster-config into every Kustomization (no postBuild in git): declared per
+    cluster, each tier is judged as if it had it, so its tokens are no literal-token errors."""
+    files = flux_repo(
+        {"config": ks("config", "./config", wait=True), "app": ks("app", "./app", depends_on=["config"])},
+        {
+            "config/kustomization.yaml": kustomization("cluster-config.yaml"),
+            "config/cluster-config.yaml": dump(cm("cluster-config", "flux-system", data={"DOMAIN": "example.com"})),
+            "app/kustomization.yaml": kustomization("m.yaml"),
+            "app/m.yaml": dump(cm("web", "default", data={"host": "web.${DOMAIN}", "mail": "${MAIL_HOST:=smtp.local}"})),
+        },
+    )
+    root = write_tree(tmp_path / "repo", files)
+    before = check_repository(root, "dev")
+    assert any("flux-system/app runs no substitution" in f.message for f in before.findings if f.check == "literal-token")
+    write_tree(root, {".fluxwarden.yaml": "clusters:\n  dev: {path: clusters/dev, substitute_from: [ConfigMap/flux-system/cluster-config]}\n"})
+    after = check_repository(root, "dev")
+    assert [f for f in after.findings if f.severity is not Severity.INFO] == [], [f.message for f in after.findings]
+    assert not [f for f in after.findings if f.check in ("literal-token", "undefined-variable")]
+    # Only the entry tier renders before the tier that holds cluster-config: its variables are the one open set.
+    assert {str(f.kustomization) for f in after.findings if f.check == "substitution-source-external"} <= {"flux-system/flux-system"}
+    renderer, cr = render(tmp_path / "r2", {**files, ".fluxwarden.yaml": "clusters:\n  dev: {path: clusters/dev, substitute_from: [ConfigMap/flux-system/cluster-config]}\n"}, binary)
+    web = by_ref(cr)["ConfigMap/default/web"]
+    assert web.body["data"] == {"host": "web.example.com", "mail": "smtp.local"}

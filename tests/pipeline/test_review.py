@@ -277,3 +277,76 @@ def test_seed_fix_says_it_resolves_the_deadlock(seed_pr: tuple[Path, str, str], 
     # Reverting the fix introduces the deadlock again.
     main(["check", "--repo", str(root), "--cluster", "prod", "--base", head, "--head", base, "--cache-dir", str(tmp_path / "c"), "--format", "text"])
     assert "cold start: this change introduces a cold-start deadlock (apps, apps-vms, platform-config never Ready)" in capsys.readouterr().out
+
+
+def _deadlock_pr(root: Path) -> tuple[str, str]:
+    """Base: apps uses ExternalSecrets from infra without a dependsOn (a warning). Head: apps also applies a child
+    Kustomization holding the dragonfly operator and a Dragonfly CR itself: apps deadlocks (mirceanton-shaped)."""
+    from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
+
+    helm = lambda name, ns, **spec: obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", name, ns, spec={"interval": "1h", **spec})  # noqa: E731
+    write_tree(root, flux_repo(
+        {"infra": ks("infra", "./infra", wait=True), "apps": ks("apps", "./apps")},
+        {
+            "infra/kustomization.yaml": kustomization("external-secrets.yaml"),
+            "infra/external-secrets.yaml": dump(
+                obj("v1", "Namespace", "external-secrets"),
+                obj("source.toolkit.fluxcd.io/v1", "HelmRepository", "external-secrets", "external-secrets", spec={"interval": "1h", "url": "https://charts.external-secrets.io"}),
+                helm("external-secrets", "external-secrets", chart={"spec": {"chart": "external-secrets", "version": "0.10.0", "sourceRef": {"kind": "HelmRepository", "name": "external-secrets"}}}),
+            ),
+            "apps/kustomization.yaml": kustomization("secret.yaml"),
+            "apps/secret.yaml": dump(obj("v1", "Namespace", "web"), obj("external-secrets.io/v1", "ExternalSecret", "web", "web", spec={"target": {"name": "web"}})),
+        },
+        cluster="prod",
+    ))
+    repo = init_repo(root)
+    base = repo.head.commit.hexsha
+    write_tree(root, {
+        "apps/kustomization.yaml": kustomization("secret.yaml", "operators.yaml", "cache.yaml"),
+        "apps/operators.yaml": dump(ks("operators", "./apps/operators", wait=True)),
+        "apps/operators/kustomization.yaml": kustomization("dragonfly.yaml"),
+        "apps/operators/dragonfly.yaml": dump(
+            obj("source.toolkit.fluxcd.io/v1", "OCIRepository", "dragonfly-operator", "web", spec={"interval": "1h", "url": "oci://ghcr.io/dragonflydb/dragonfly-operator/helm/dragonfly-operator", "ref": {"tag": "v1.1.11"}}),
+            helm("dragonfly-operator", "web", chartRef={"kind": "OCIRepository", "name": "dragonfly-operator"}),
+        ),
+        "apps/cache.yaml": dump(obj("dragonflydb.io/v1alpha1", "Dragonfly", "cache", "web", spec={"replicas": 1})),
+    })
+    return base, commit_all(repo, "feat: dragonfly for web")
+
+
+def test_a_sibling_regraded_by_a_new_deadlock_is_shown_under_its_cause(tmp_path: Path) -> None:
+    from bot.engine.review_report import format_review_markdown, format_review_text
+    from bot.pipeline.releases import ChartOptions
+    from bot.pipeline.session import CheckOptions
+
+    root = tmp_path / "repo"
+    base, head = _deadlock_pr(root)
+    review = review_repository(root, "prod", base, head, CheckOptions(charts=ChartOptions(render=False)))
+    new = {(r.finding.check, r.finding.object.kind if r.finding.object else None): r for r in review.findings if r.new and r.finding.severity is Severity.ERROR}
+    cause, sibling = new[("crd-not-ordered", "Dragonfly")], new[("crd-not-ordered", "ExternalSecret")]
+    assert "never becomes Ready" in sibling.finding.message  # was "Ready in round 3 after 1 failed attempt" in the base
+    assert cause.caused_by is None and sibling.caused_by == cause.finding
+    assert review.new_errors == 1
+    assert review.resolved == ()  # the base's warning is re-graded, not fixed
+    text = format_review_text(review)
+    assert text.splitlines()[0].startswith("❌ prod: 1 new error")
+    assert "follows from it: error crd-not-ordered  flux-system/apps ExternalSecret/web/web" in text
+    assert "fixed:" not in text
+    comment = "".join(format_review_markdown([review]))
+    assert comment.count("🆕 `crd-not-ordered`") == 1
+    assert "  - follows from it: ❌ `crd-not-ordered` · `ExternalSecret/web`" in comment
+
+
+def test_a_finding_hidden_by_a_render_failure_or_a_cycle_is_not_fixed() -> None:
+    from bot.engine.review import resolved_findings, unjudged_tiers
+
+    apps, infra = TierId("flux-system", "apps"), TierId("flux-system", "infra")
+    warning = Finding("crd-not-ordered", Severity.WARNING, "needs the CRD", apps)
+    failed = Finding("render-failed", Severity.ERROR, "kustomize build failed", apps)
+    cycle = Finding("dependency-cycle", Severity.ERROR, "dependsOn forms a cycle: flux-system/apps → flux-system/infra → flux-system/apps; Flux never applies any of these Kustomizations", apps)
+    assert unjudged_tiers((cycle,)) == {apps, infra}
+    assert resolved_findings((failed,), (warning,)) == ()
+    assert resolved_findings((cycle,), (warning,)) == ()
+    assert resolved_findings((), (warning,)) == (warning,)  # judged and gone: fixed
+    other = Finding("render-failed", Severity.ERROR, "kustomize build failed", infra)
+    assert resolved_findings((other,), (warning,)) == (warning,)

@@ -75,9 +75,13 @@ def _judge_unknown(ctx: CheckContext, gk: GroupKind, uses: list[tuple[TierId, Se
     orphan_rules = [p for p in providers if p.kind == ProviderKind.RUNTIME and p.trigger_kind]
     if orphan_rules:
         rule = orphan_rules[0]
+        applied = ctx.providers.packages(rule.trigger_kind) if rule.trigger_kind else []
         message = (
             f"{where}: the {gk} CRD is created at run time by {rule.description} when it reconciles a "
-            f"{rule.trigger_kind}, and this cluster applies none"
+            + (
+                f"{rule.trigger_kind} whose package serves {gk.group}; this cluster's ({name_list(applied, 3)}) do not"
+                if applied else f"{rule.trigger_kind}, and this cluster applies none"
+            )
         )
     else:
         message = f"{where}: no CRD for {gk} is in git, no known chart or operator provides it, and no dependency of {'this tier' if len(uses) == 1 else 'these tiers'} proves it served. {_unknown_hint(ctx, gk, [t for t, _ in uses])}"
