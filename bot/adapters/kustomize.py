@@ -199,7 +199,14 @@ class _Builds:
         self._owner = 0  # the pid that started the reaper (a forked child needs its own)
         self.stopping = threading.Event()
 
-    def _tell(self, line: bytes) -> None:
+    def prepare(self) -> None:
+        """Start the reaper before a build is spawned, so a build is known to it the moment it exists: starting it
+        lazily, at the first build, left a window (a python start-up, long on a loaded machine) in which a parent
+        killed outright orphaned that build."""
+        with self._lock:
+            self._reaper()
+
+    def _reaper(self) -> None:
         if self._pipe is None or self._owner != os.getpid():
             read, self._pipe = os.pipe()  # not inheritable: no other child keeps the pipe open after we die
             self._owner = os.getpid()
@@ -212,6 +219,11 @@ class _Builds:
                 return  # without a reaper a build still runs; only a hard crash could orphan it
             finally:
                 os.close(read)
+
+    def _tell(self, line: bytes) -> None:
+        self._reaper()
+        if self._pipe is None:
+            return
         try:
             os.write(self._pipe, line)
         except OSError:  # the reaper is gone: start another next time
@@ -275,6 +287,7 @@ def run_build(
     if BUILDS.stopping.is_set():
         raise BuildStopped("kustomize build cancelled: the service is shutting down")
     sandbox_home.mkdir(parents=True, exist_ok=True)
+    BUILDS.prepare()
     try:
         with RENDERS.admit("kustomize") as grant:
             if BUILDS.stopping.is_set():

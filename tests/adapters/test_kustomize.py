@@ -247,7 +247,9 @@ def test_a_build_dies_with_its_parent_even_when_the_parent_is_sigkilled(tmp_path
     """
     pids = tmp_path / "pids"
     # A wrapper with a child of its own (not exec): the group, not just the direct child, must die.
-    script = fake(tmp_path / "bin", "kustomize", f"/bin/sleep 60 &\necho $$ $! > {pids}\nwait\n")
+    # (It reports its pids a moment after it starts: the parent registers a build right after spawning it, and the
+    # test is about the reaper, not about killing the parent inside those microseconds.)
+    script = fake(tmp_path / "bin", "kustomize", f"/bin/sleep 60 &\n/bin/sleep 0.3\necho $$ $! > {pids}\nwait\n")
     runner = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys; from pathlib import Path; from bot.adapters.kustomize import KustomizeBinary, run_build; "
