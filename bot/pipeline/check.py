@@ -12,7 +12,7 @@ from pathlib import Path
 from bot.adapters.memory import check_stop
 from bot.engine.bootstrap import Bootstrap, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.engine.checks import CheckContext, run_checks
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters
+from bot.engine.config import ClusterEntry, RepoConfig, cluster_entries, cluster_entry, known_clusters
 from bot.engine.errors import UserError
 from bot.engine.graph import TierGraph
 from bot.engine.knowledge import default_knowledge
@@ -50,6 +50,17 @@ def check_repository(
         raise UserError(f"{repo} is not a directory")
     with open_run(options) as run:
         return check_session(run.tree(repo, config=config), cluster, live=live, bootstrap=options.bootstrap)
+
+
+def check_repositories(
+    repo: Path, clusters: list[str], options: CheckOptions = CheckOptions(), live: LiveState | None = None, config: RepoConfig | None = None
+) -> list[CheckReport]:
+    """Check several clusters of one working tree in one run (one snapshot, one cache), in the order given."""
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    with open_run(options) as run:
+        session = run.tree(repo, config=config)
+        return [check_session(session, cluster, live=live, bootstrap=options.bootstrap) for cluster in clusters]
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,19 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     return Analysis(render, graph, build_report(render, graph, findings, cold_start), renderer)
 
 
-__all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_session", "render_repository"]
+def repository_clusters(repo: Path, config: RepoConfig | None = None) -> list[ClusterEntry]:
+    """The clusters of the working tree at `repo` as `check` finds them, with each entry path and how it was found."""
+    from bot.adapters.workspace import build_snapshot
+    from bot.engine.config import snapshot_config
+
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-clusters-") as tmp:
+        snapshot = build_snapshot(repo, Path(tmp))
+        return cluster_entries(config if config is not None else snapshot_config(snapshot), snapshot)
+
+
+__all__ = ["CheckOptions", "RepoConfig", "check_repositories", "check_repository", "repository_clusters", "check_session", "render_repository"]
 
 
 def commit_clusters(repo_dir: Path, rev: str) -> tuple[str, ...]:

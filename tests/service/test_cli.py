@@ -121,11 +121,10 @@ def test_error_finding_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str
     "argv,message",
     [
         (["check", "--cluster", "nope"], "unknown cluster 'nope' (known: dev, prod)"),
-        (["check"], "the following arguments are required: --cluster"),
         (["check", "--cluster", "dev", "--format", "yaml"], "invalid choice: 'yaml'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
-    ids=["unknown-cluster", "missing-cluster", "bad-format", "bad-command"],
+    ids=["unknown-cluster", "bad-format", "bad-command"],
 )
 def test_usage_errors_are_one_line_exit_2(example: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) if argv[0] != "check" or "--cluster" not in argv or "--format" in argv else _no_raise():
@@ -135,6 +134,60 @@ def test_usage_errors_are_one_line_exit_2(example: Path, capsys: pytest.CaptureF
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_without_cluster_check_checks_every_cluster(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --cluster on a repository of several: one verdict each, as `/precheck` with no cluster; the worst exit status."""
+    code = main(["check", "--repo", str(example), "--no-cache"])
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if line.startswith(("✅", "⚠️", "❌"))]
+    assert [v.split(":")[0].split()[-1] for v in verdicts] == ["dev", "prod"]
+    separate = [main(["check", "--repo", str(example), "--cluster", c, "--no-cache"]) for c in ("dev", "prod")]
+    capsys.readouterr()
+    assert code == max(separate)
+    assert main(["check", "--repo", str(example), "--no-cache", "--format", "json"]) == code
+    assert [r["cluster"] for r in json.loads(capsys.readouterr().out)["clusters"]] == ["dev", "prod"]
+
+
+def test_without_cluster_build_names_the_clusters_and_asks_for_one(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--repo", str(example), "--no-cache"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "has 2 clusters: dev (clusters/dev), prod (clusters/prod); pass --cluster NAME" in err
+
+
+def test_a_repository_of_one_cluster_needs_no_cluster_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, flux_repo({"a": ks("a", "./a")}, {"a/kustomization.yaml": kustomization("cm.yaml"), "a/cm.yaml": dump(obj("v1", "ConfigMap", "c", "default"))}))
+    assert main(["check", "--repo", str(tmp_path), "--no-cache"]) == 0
+    assert capsys.readouterr().out.startswith("✅ dev:")
+    assert main(["build", "--repo", str(tmp_path), "--no-cache"]) == 0
+    assert "name: c" in capsys.readouterr().out
+
+
+def test_clusters_lists_each_entry_and_how_it_was_found(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["clusters", "--repo", str(example)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [["dev", "clusters/dev"], ["prod", "clusters/prod"]]
+    assert all(line.endswith("configured in .fluxwarden.yaml") for line in lines)
+    (example / ".fluxwarden.yaml").write_text("tier_order: {file: bootstrap/standup.sh, variable: TIER_ORDER}\n")
+    assert main(["clusters", "--repo", str(example)]) == 0
+    found = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in found] == [["dev", "clusters/dev"], ["prod", "clusters/prod"]]
+    assert all(line.endswith("a folder of clusters/ that no other includes or applies") for line in found)
+    boot = tmp_path / "boot"
+    write_tree(boot, {
+        "kubernetes/main/flux-system/gotk-sync.yaml": dump(ks("flux-system", "./kubernetes/main")),
+        "kubernetes/main/flux-system/kustomization.yaml": kustomization("gotk-sync.yaml"),
+        "kubernetes/main/kustomization.yaml": kustomization("flux-system"),
+    })
+    assert main(["clusters", "--repo", str(boot), "--format", "json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["name"] == "default" and entry["entry"] == "kubernetes/main"
+    assert "applies its own directory" in entry["how"] or "gotk-sync" in entry["how"]
+    assert main(["clusters", "--repo", str(tmp_path / "empty-dir")]) == 2
+    (tmp_path / "nothing").mkdir()
+    assert main(["clusters", "--repo", str(tmp_path / "nothing")]) == 1
+    assert "no cluster found" in capsys.readouterr().out
 
 
 class _no_raise:
