@@ -350,3 +350,15 @@ def test_a_deep_yaml_file_is_a_render_limit_not_an_internal_error(tmp_path: Path
     assert "internal error" not in proc.stderr + proc.stdout and proc.stderr == ""
     assert "ERROR   render-limit  flux-system/apps  apps/deep.yaml" in proc.stdout
     assert "(limit: 100); not rendered" in proc.stdout
+
+
+def test_a_kustomize_that_fails_to_start_is_one_line(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broken wrapper fails every tier the same way: the run says so once, with its real error, not a finding per tier."""
+    wrapper = tmp_path / "bin" / "kustomize"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\necho "Traceback (most recent call last):" >&2\necho "ImportError: cannot import name kustomize" >&2\nexit 1\n')
+    wrapper.chmod(0o755)
+    code = main(["check", "--repo", str(example), "--cluster", "dev", "--no-cache", "--kustomize", str(wrapper)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == f"fluxwarden: infrastructure error: kustomize at {wrapper} failed to start: Traceback (most recent call last): / ImportError: cannot import name kustomize\n"
