@@ -87,7 +87,7 @@ def render_repository(
         render = renderer.render_cluster(cluster, cluster_entry(session.config, cluster, session.snapshot))
         if renderer.charts is not None:
             facts = FactsStore(default_knowledge(), renderer.cache, renderer.memo).of_render(render)
-            render = render_releases(render, facts, renderer.charts, session.config, session.snapshot, kube_version=session.config.kube_version(cluster))
+            render = render_releases(render, facts, renderer.charts, session.config, session.snapshot, kube_version=session.config.kube_version(cluster), progress=renderer.progress)
         yield BuiltCluster(render, tuple(apply_order(render, TierGraph(t.spec for t in render.tiers.values()))))
 
 
@@ -132,7 +132,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     check_stop()
     tier_facts = facts.of_render(render)
     if renderer.charts is not None:
-        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed)
+        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
     graph = TierGraph(t.spec for t in render.tiers.values())
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.

@@ -47,6 +47,7 @@ from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, 
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
 from bot.engine.scope import cluster_scoped_kinds
 from bot.engine.tree import RepoTree
+from bot.pipeline.progress import Progress
 
 # The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
@@ -146,6 +147,7 @@ def render_releases(
     *,
     kube_version: str = DEFAULT_KUBE_VERSION,
     changed: frozenset[str] = frozenset(),
+    progress: Progress | None = None,
 ) -> ClusterRender:
     """The render with its HelmReleases' charts rendered (`ClusterRender.releases`) and the findings that produced."""
     if not stage.options.render:
@@ -171,8 +173,17 @@ def render_releases(
     crd_bodies = [m for key, m in objects.items() if key[0] == "CustomResourceDefinition"]
     capabilities = api_versions(kube_version, crd_bodies)
     scoped = cluster_scoped_kinds(crd_bodies)
+    if progress is not None:
+        progress.charts_known(len(jobs))
+
+    def render_one(job: _Job) -> tuple[RenderedRelease, list[Finding]]:
+        outcome = _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped)
+        if progress is not None:
+            progress.chart_done()
+        return outcome
+
     with ThreadPoolExecutor(max_workers=max(1, stage.options.workers * 2), thread_name_prefix="chart") as pool:
-        outcomes = list(pool.map(lambda job: _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped), jobs))
+        outcomes = list(pool.map(render_one, jobs))
     releases: dict[ObjectRef, RenderedRelease] = {}
     unavailable: list[tuple[ReleaseSpec, str, bool]] = []
     for job, (release, release_findings) in zip(jobs, outcomes):

@@ -16,7 +16,9 @@ from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
 from bot.engine.chartsource import FetchPolicy
 from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc
+from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions
+from bot.service.progress_line import progress_line
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.report import format_markdown, format_text
 from bot.adapters.workspace import read_config_text
@@ -138,6 +140,7 @@ def _check(args: argparse.Namespace) -> int:
     cache_dir = _cache_dir(args)
     options = CheckOptions(
         kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap, charts=_charts(args),
+        progress=Progress(),
     )
     if args.head and not args.base:
         raise UserError("--head needs --base")
@@ -152,7 +155,8 @@ def _check(args: argparse.Namespace) -> int:
     config = _config(args)
     names = _clusters_to_check(args, config)
     live, _ = _live(args, names[0])
-    reports = check_repositories(args.repo, names, options, live=live, config=config)
+    with progress_line(options.progress, sys.stderr):
+        reports = check_repositories(args.repo, names, options, live=live, config=config)
     if args.format == "json":
         data = reports[0].to_json() if len(reports) == 1 else {"clusters": [r.to_json() for r in reports]}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -176,13 +180,14 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
         config = _config(args) or _working_tree_config(args.repo)
     names = _clusters_to_check(args, config)
     live, fetch_objects = _live(args, names[0])
-    reviews = [
-        review_repository(
-            args.repo, name, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects,
-            config=config,
-        )
-        for name in names
-    ]
+    with progress_line(options.progress, sys.stderr):
+        reviews = [
+            review_repository(
+                args.repo, name, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects,
+                config=config,
+            )
+            for name in names
+        ]
     if args.format == "json":
         data = review_to_json(reviews[0]) if len(reviews) == 1 else {"clusters": [review_to_json(r) for r in reviews]}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -401,8 +406,9 @@ def _build(args: argparse.Namespace) -> int:
     from bot.pipeline.export import build_findings, format_build, select_tiers, selected_releases, tier_problem
 
     cache_dir = _cache_dir(args)
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, charts=_charts(args))
-    with render_repository(args.repo, _one_cluster(args), options, config=_config(args)) as built:
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, charts=_charts(args), progress=Progress())
+    cluster = _one_cluster(args)
+    with progress_line(options.progress, sys.stderr), render_repository(args.repo, cluster, options, config=_config(args)) as built:
         tiers = select_tiers(built, args.tier)  # an unknown tier is a UserError: exit 2
         everything = not args.tier
         findings = build_findings(built, tiers, everything) + (nothing_rendered(built.render) if everything else [])
