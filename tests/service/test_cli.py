@@ -362,3 +362,26 @@ def test_a_kustomize_that_fails_to_start_is_one_line(example: Path, tmp_path: Pa
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
     assert err == f"fluxwarden: infrastructure error: kustomize at {wrapper} failed to start: Traceback (most recent call last): / ImportError: cannot import name kustomize\n"
+
+
+def test_markdown_of_a_500_tier_repository_fits_one_comment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`check --format markdown` stays within GitHub's 65,536 characters: findings alike grouped, notes folded, tiers cut."""
+    import yaml
+
+    from bench.synth import generate
+    from bot.engine.github_limits import MAX_COMMENT
+
+    root = tmp_path / "synth"
+    generate(root, tiers=500, objects=3000, clusters=("dev",), git=False)
+    for path in sorted((root / "clusters" / "base").glob("tier-*.yaml")):  # every tier waits for one that does not exist
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["dependsOn"] = [*doc["spec"].get("dependsOn", []), {"name": f"gone-{path.stem}"}]
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = main(["check", "--repo", str(root), "--cache-dir", str(tmp_path / "cache"), "--format", "markdown"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert len(out) <= MAX_COMMENT
+    missing = [line for line in out.splitlines() if "`missing-dependency`" in line]
+    assert len(missing) == 1 and "`missing-dependency` ×500" in missing[0] and "and 497 more" in missing[0]
+    assert "… and " in out and "more tiers (see `fluxwarden check --format text`)" in out  # 501 tiers do not fit: cut, and said
+    assert out.rstrip().endswith("</details>")
