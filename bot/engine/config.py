@@ -370,7 +370,7 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     ]
     found = [*sync_paths, *roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
-    how = {p: f"a folder of {CLUSTERS_DIR}/ that no other includes or applies" for p in entries}
+    how = dict.fromkeys(entries, f"a folder of {CLUSTERS_DIR}/ that no other includes or applies")
     entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
     for path in sync_paths:  # the first reason wins, in the order of `found`
         how.setdefault(path, "the sync path of a FluxInstance")
@@ -381,7 +381,7 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
         how.setdefault(path, "holds flux-system/gotk-sync.yaml (flux bootstrap's layout)")
     if not entries:
         entries = flux_cluster_dirs[:1]
-        how.update({p: "a …/flux/cluster directory (no other entry found)" for p in entries})
+        how.update(dict.fromkeys(entries, "a …/flux/cluster directory (no other entry found)"))
     names: dict[str, str] = {}
     for path in entries:
         parts = path.split("/") if path else []
