@@ -285,7 +285,14 @@ class _Builds:
         self._owner = 0  # the pid that started the reaper (a forked child needs its own)
         self.stopping = threading.Event()
 
-    def _tell(self, line: bytes) -> None:
+    def ready(self) -> None:
+        """Start the reaper before a build is spawned, so that `started` only writes to its pipe."""
+        # Spawned after the build, the reaper (a Python start) raced the build's first steps: a kill -9 in
+        # between orphaned the build (the flaky sigkill test of issue 24).
+        with self._lock:
+            self._reaper()
+
+    def _reaper(self) -> None:
         if self._pipe is None or self._owner != os.getpid():
             read, self._pipe = os.pipe()  # not inheritable: no other child keeps the pipe open after we die
             self._owner = os.getpid()
@@ -298,6 +305,11 @@ class _Builds:
                 return  # without a reaper a build still runs; only a hard crash could orphan it
             finally:
                 os.close(read)
+
+    def _tell(self, line: bytes) -> None:
+        self._reaper()
+        if self._pipe is None:
+            return
         try:
             os.write(self._pipe, line)
         except OSError:  # the reaper is gone: start another next time
@@ -365,6 +377,7 @@ def run_build(
         with RENDERS.admit("kustomize") as grant:
             if BUILDS.stopping.is_set():
                 raise BuildStopped("kustomize build cancelled: the service is shutting down")
+            BUILDS.ready()
             proc = subprocess.Popen(
                 binary.argv(str(directory)),
                 cwd=directory,
