@@ -106,6 +106,15 @@ def _hide_paths(text: str) -> str:
     return re.sub(r"(?<![\w.<])/(?:[\w.@+-]+/)*[\w.@+-]+", "<path>", text)
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """A kubeconfig that is not YAML: the parser's problem and the line it is on (PyYAML's marks count from 0)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None:
+        return type(exc).__name__
+    return f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}" + (f": {problem}" if problem else "")
+
+
 def _json(text: Any) -> Any:
     """An error answer's body as JSON (a `Status` object), or None when it is not JSON."""
     try:
@@ -163,7 +172,7 @@ class KubeClient:
             log.warning("cannot load kubeconfig %s: %s", self.access.kubeconfig or "(default)", _scrub(str(exc)) or type(exc).__name__)
             raise KubeConfigError(f"cannot load {self._what()}: {_scrub(_hide_paths(str(exc))) or type(exc).__name__}") from None
         except Exception as exc:  # yaml errors and the like: still a configuration problem, never a traceback
-            raise KubeConfigError(f"cannot load {self._what()}: {type(exc).__name__}") from None
+            raise KubeConfigError(f"cannot load {self._what()}: {_yaml_problem(exc)}") from None
         self._host = _host(config.host or "")
         log.debug("%s: API server %s", self.access.describe(), self._host)  # for the operator's log only
         self._client = ApiClient(configuration=config)
@@ -227,7 +236,7 @@ class KubeClient:
         except (asyncio.TimeoutError, TimeoutError):
             raise KubeTimeout(f"{where} did not answer within {self.access.timeout:g}s while {doing}") from None
         except aiohttp.ClientError as exc:
-            raise KubeUnreachable(f"cannot reach the API server of the {where}: {type(exc).__name__}") from None
+            raise KubeUnreachable(f"cannot reach the API server of {self._what()}: {type(exc).__name__}") from None
         except ConfigException as exc:  # a credential plugin failed while refreshing
             raise KubeUnauthorized(f"{where}: no usable credential ({_scrub(str(exc))})") from None
         except (ValueError, TypeError) as exc:

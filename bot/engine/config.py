@@ -363,11 +363,29 @@ def known_clusters(config: RepoConfig, snapshot: RepoTree) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class ClusterEntry:
+    """One cluster of a repository: its name, its entry path and how it was found."""
+
+    name: str
+    path: str
+    how: str
+
+
+def cluster_entries(config: RepoConfig, snapshot: RepoTree) -> list[ClusterEntry]:
+    """`known_clusters`, each with how it was found (`fluxwarden clusters`), sorted by name."""
+    if config.clusters:
+        return [ClusterEntry(n, p, f"configured in {CONFIG_FILE}") for n, p in sorted(config.clusters.items())]
+    found = _discovery(config, snapshot)
+    return [ClusterEntry(n, p, found.how.get(p, "found")) for n, p in sorted(found.clusters.items())]
+
+
+@dataclass(frozen=True)
 class _Discovery:
     """The cluster entries found in a repository, and the `clusters/<x>` folders that are another cluster's spokes."""
 
     clusters: Mapping[str, str]  # name -> entry path
     spokes: Mapping[str, str]  # clusters/<x> -> what applies it
+    how: Mapping[str, str] = field(default_factory=dict)  # entry path -> how it was found
 
 
 @dataclass(frozen=True)
@@ -419,10 +437,19 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     ]
     found = [*sync_paths, *roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
+    how = dict.fromkeys(entries, f"a folder of {CLUSTERS_DIR}/ that no other includes or applies")
     entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
     entries = [p for p in entries if not _scaffold(p, kustomizations)]
+    for path in sync_paths:  # the first reason wins, in the order of `found`
+        how.setdefault(path, "the sync path of a FluxInstance")
+    for k in kustomizations:
+        if k.path in roots:
+            how.setdefault(k.path, f"Kustomization {k.name} in {k.file} applies its own directory (a sync)")
+    for path in bootstrap_dirs:
+        how.setdefault(path, "holds flux-system/gotk-sync.yaml (flux bootstrap's layout)")
     if not entries:
         entries = flux_cluster_dirs[:1]
+        how.update(dict.fromkeys(entries, "a …/flux/cluster directory (no other entry found)"))
     names: dict[str, str] = {}
     for path in entries:
         parts = path.split("/") if path else []
@@ -438,7 +465,7 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
         while name in names:
             name, n = f"{base}-{n}", n + 1
         names[name] = path
-    return _Discovery(names, spokes)
+    return _Discovery(names, spokes, {p: how.get(p) or "found" for p in entries})
 
 
 # A template's placeholders: `${CLUSTER}` (envsubst, flux-local), `<cluster-name>` (docs), `{{ .cluster }}` (Go templates).

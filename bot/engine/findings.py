@@ -1,4 +1,4 @@
-"""Every finding id Fluxwarden reports: its severity, a one-line summary and an explanation for a user (README's check table)."""
+"""Every finding id Fluxwarden reports: its severity, a one-line summary and an explanation for a user (docs/reference.md's check table)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ class FindingKind:
     id: str
     severity: Severity
     summary: str
-    explanation: str  # markdown; README's "fires when" cell, and `/fluxwarden explain <id>` later
-    severity_note: str | None = None  # when the severity varies: README's severity cell
+    explanation: str  # markdown; docs/reference.md's "fires when" cell, and `/fluxwarden explain <id>` later
+    severity_note: str | None = None  # when the severity varies: docs/reference.md's severity cell
 
 
 class Catalogue:
-    """The finding ids, in README's order; an id is an interface (users silence and search by it)."""
+    """The finding ids, in docs/reference.md's order; an id is an interface (users silence and search by it)."""
 
     def __init__(self, kinds: Iterable[FindingKind]) -> None:
         self._kinds: dict[str, FindingKind] = {}
@@ -45,7 +45,7 @@ class Catalogue:
         return self._kinds.get(id_)
 
     def markdown_table(self) -> str:
-        """README's check table."""
+        """docs/reference.md's check table."""
         rows = ["| id | severity | fires when |", "|---|---|---|"]
         rows += [f"| `{k.id}` | {k.severity_note or k.severity.value} | {k.explanation} |" for k in self]
         return "\n".join(rows) + "\n"

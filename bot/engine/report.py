@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from bot.engine import markdown as md
 from bot.engine.coldstart import ColdStart
+from bot.engine.github_limits import MAX_COMMENT
 from bot.engine.model import Finding, Severity, SourceRef, TierId, plural
 
 SEVERITY_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
@@ -175,31 +177,123 @@ def format_location(finding: Finding, link_base: str | None) -> str:
     return text
 
 
-def findings_table(findings: tuple[Finding, ...] | list[Finding], link_base: str | None = None) -> str:
-    """The findings as a Markdown table, errors first."""
-    rows = ["| | check | tier | object | where | message |", "|---|---|---|---|---|---|"]
+_HEADER = ["| | check | tier | object | where | message |", "|---|---|---|---|---|---|"]
+GROUP_MIN = 3  # findings of one shape from this many places become one row
+GROUP_SHOWN = 3  # the tiers and objects a grouped row names before "and N more"
+_NUMBER = re.compile(r"\d+")
+_BACKTICKED = re.compile(r"`[^`]*`")
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings of one check and one message shape (their own names and numbers aside): one row of the table."""
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def first(self) -> Finding:
+        return self.findings[0]
+
+
+def message_shape(f: Finding) -> tuple[str, Severity, str]:
+    """What findings alike share: check, severity and the message without its own tier, object, quoted names and numbers."""
+    text = f.message
+    names = {str(f.kustomization), f.kustomization.name} if f.kustomization else set()
+    if f.object is not None:
+        names |= {str(f.object), f.object.name}
+    for name in sorted((n for n in names if len(n) > 1), key=len, reverse=True):
+        text = text.replace(name, "…")
+    return f.check, f.severity, _NUMBER.sub("N", _BACKTICKED.sub("`…`", text))
+
+
+def group_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[FindingGroup]:
+    """The findings in their order, those of one shape from GROUP_MIN places or more together (at the first's place)."""
+    by_shape: dict[tuple[str, Severity, str], list[Finding]] = {}
     for f in findings:
-        rows.append(
+        by_shape.setdefault(message_shape(f), []).append(f)
+    out: list[FindingGroup] = []
+    placed: set[tuple[str, Severity, str]] = set()
+    for f in findings:
+        shape = message_shape(f)
+        alike = by_shape[shape]
+        if len(alike) < GROUP_MIN:
+            out.append(FindingGroup((f,)))
+        elif shape not in placed:
+            placed.add(shape)
+            out.append(FindingGroup(tuple(alike)))
+    return out
+
+
+def _some(values: list[str]) -> str:
+    unique = list(dict.fromkeys(v for v in values if v))
+    shown = ", ".join(unique[:GROUP_SHOWN])
+    return shown + (f" and {len(unique) - GROUP_SHOWN} more" if len(unique) > GROUP_SHOWN else "")
+
+
+def _row(group: FindingGroup, link_base: str | None) -> str:
+    f = group.first
+    if len(group.findings) == 1:
+        return (
             f"| {SEVERITY_ICON[f.severity]} | `{f.check}` | {md.text(f.kustomization or '')} | "
             f"{md.text(f.object or '')} | {format_location(f, link_base)} | {md.rich(f.message, table=True)} |"
         )
-    return "\n".join(rows)
+    n = len(group.findings)
+    tiers = _some([str(x.kustomization) for x in group.findings if x.kustomization])
+    objects = _some([str(x.object) for x in group.findings if x.object])
+    return (
+        f"| {SEVERITY_ICON[f.severity]} | `{f.check}` ×{n} | {md.text(tiers)} | {md.text(objects)} | {format_location(f, link_base)} | "
+        f"{md.rich(f'{n} alike; the first: {f.message}', table=True)} |"
+    )
 
 
-def format_markdown(report: CheckReport, link_base: str | None = None) -> str:
-    """Markdown for a PR comment or a CI summary."""
-    parts = [f"### {md.text(verdict_line(report))}", ""]
-    if report.findings:
-        parts += [findings_table(report.findings, link_base), ""]
-    if report.cold_start is not None and report.cold_start.tiers:
-        parts += [md.text(f"Cold start: {report.cold_start.timeline()}"), ""]
-    parts += ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
+def findings_table(findings: tuple[Finding, ...] | list[Finding], link_base: str | None = None) -> str:
+    """The findings as a Markdown table in their order, findings alike grouped (one row, a count, the first few places)."""
+    return "\n".join([*_HEADER, *(_row(g, link_base) for g in group_findings(findings))])
+
+
+def _rows_within(header: list[str], rows: list[str], budget: int, more: str) -> list[str]:
+    """`header` and as many `rows` as fit in `budget` characters, then a line saying how many were left out."""
+    out, used = list(header), sum(len(h) + 1 for h in header)
+    for i, row in enumerate(rows):
+        left = len(rows) - i
+        if used + len(row) + 1 + (len(more) + 20 if left > 1 else 0) > budget:
+            return [*out, "", f"… and {left} more {more}"]
+        out.append(row)
+        used += len(row) + 1
+    return out
+
+
+def format_markdown(report: CheckReport, link_base: str | None = None, limit: int = MAX_COMMENT) -> str:
+    """Markdown for a PR comment or a CI summary, within `limit` characters.
+
+    Findings alike are one row with a count; notes (info findings) are folded; the tier list is folded and,
+    like the notes, cut to what the limit leaves (the text and JSON forms list everything).
+    """
+    problems = [f for f in report.findings if f.severity != Severity.INFO]
+    notes = [f for f in report.findings if f.severity == Severity.INFO]
+    head = [f"### {md.text(verdict_line(report))}", ""]
+    cold = [md.text(f"Cold start: {report.cold_start.timeline()}"), ""] if report.cold_start is not None and report.cold_start.tiers else []
     by_id = {t.id: t for t in report.tiers}
-    for tier_id in listing_order(report):
-        t = by_id[tier_id]
-        parts.append(
-            f"| {md.text(t.id)} | {md.code(t.where(), table=True)} | {t.objects if t.rendered else 'not rendered'} | "
-            f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {md.text(', '.join(str(d) for d in t.depends_on))} |"
-        )
-    parts += ["", "</details>", ""]
-    return "\n".join(parts)
+    tier_rows = [
+        f"| {md.text(t.id)} | {md.code(t.where(), table=True)} | {t.objects if t.rendered else 'not rendered'} | "
+        f"{'✓' if t.wait else ''} | {'✓' if t.prune else ''} | {md.text(', '.join(str(d) for d in t.depends_on))} |"
+        for t in (by_id[tid] for tid in listing_order(report))
+    ]
+    problem_rows = [_row(g, link_base) for g in group_findings(problems)]
+    note_rows = [_row(g, link_base) for g in group_findings(notes)]
+    tier_header = ["<details><summary>Tiers in apply order</summary>", "", "| tier | path | objects | wait | prune | dependsOn |", "|---|---|---|---|---|---|"]
+    note_header = [f"<details><summary>{SEVERITY_ICON[Severity.INFO]} {plural(len(notes), 'note')}</summary>", "", *_HEADER]
+    closing = ["", "</details>", ""]
+    margin = 200  # the closing lines and the last "… and N more" lines
+    budget = limit - margin - sum(len(line) + 1 for line in [*head, *cold])
+    problem_part = _rows_within(_HEADER, problem_rows, budget, "findings (see `fluxwarden check --format text`)") + [""] if problems else []
+    budget -= sum(len(line) + 1 for line in problem_part)
+    # The notes and the tier list share what is left: each is cut only when both do not fit.
+    note_need = sum(len(line) + 1 for line in [*note_header, *note_rows, *closing]) if notes else 0
+    tier_need = sum(len(line) + 1 for line in [*tier_header, *tier_rows, *closing])
+    note_budget = note_need if note_need + tier_need <= budget else max(budget // 2, budget - tier_need)
+    note_part = _rows_within(note_header, note_rows, note_budget, "notes") + closing if notes else []
+    budget -= sum(len(line) + 1 for line in note_part)
+    tier_part = _rows_within(tier_header, tier_rows, budget, "tiers (see `fluxwarden check --format text`)") + closing
+    body = "\n".join([*head, *problem_part, *note_part, *cold, *tier_part])
+    return md.bounded(body, limit)

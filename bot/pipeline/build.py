@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from bot.adapters.kustomize import KustomizeBinary, run_build
+from bot.adapters.kustomize import KustomizeBinary, binary_failure, run_build
 from bot.adapters.memory import LIMIT_PREFIX
 from bot.adapters.workspace import Snapshot, write_build_root
-from bot.engine.errors import BuildStopped, InputError, LimitError, RenderError
+from bot.engine.errors import BuildStopped, InputError, KustomizeNotFound, LimitError, RenderError
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import parse_output
 from bot.engine.flux import OperatorSync
@@ -152,6 +152,8 @@ class TierBuilder:
         try:
             text = run_build(self.binary, build_dir, sandbox_home=self.work / "home", timeout=self.timeout)
         except RenderError as exc:
+            if not isinstance(exc, BuildStopped) and (broken := binary_failure(self.binary, self.work / "home")):
+                raise KustomizeNotFound(broken) from None  # the binary, not this tier: the run stops, saying so once
             message, location = self.sanitise(str(exc), workdir), spec.origin
             if message.startswith(LIMIT_PREFIX):  # it cannot be rendered within the memory of all renders: no verdict
                 stopped = replace(render_limit(tier, message, location), cause=Cause.STOPPED)

@@ -12,7 +12,7 @@ from pathlib import Path
 from bot.adapters.memory import check_stop
 from bot.engine.bootstrap import Bootstrap, applied_before_flux, bare_cluster_findings, bootstrap_findings, discover_bootstrap
 from bot.engine.checks import CheckContext, run_checks
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters
+from bot.engine.config import ClusterEntry, RepoConfig, cluster_entries, cluster_entry, known_clusters
 from bot.engine.errors import UserError
 from bot.engine.graph import TierGraph
 from bot.engine.knowledge import default_knowledge
@@ -52,6 +52,17 @@ def check_repository(
         return check_session(run.tree(repo, config=config), cluster, live=live, bootstrap=options.bootstrap)
 
 
+def check_repositories(
+    repo: Path, clusters: list[str], options: CheckOptions = CheckOptions(), live: LiveState | None = None, config: RepoConfig | None = None
+) -> list[CheckReport]:
+    """Check several clusters of one working tree in one run (one snapshot, one cache), in the order given."""
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    with open_run(options) as run:
+        session = run.tree(repo, config=config)
+        return [check_session(session, cluster, live=live, bootstrap=options.bootstrap) for cluster in clusters]
+
+
 @dataclass(frozen=True)
 class BuiltCluster:
     """`fluxwarden build`: one cluster's render, its tiers in apply order (dependencies first)."""
@@ -76,7 +87,7 @@ def render_repository(
         render = renderer.render_cluster(cluster, cluster_entry(session.config, cluster, session.snapshot))
         if renderer.charts is not None:
             facts = FactsStore(default_knowledge(), renderer.cache, renderer.memo).of_render(render)
-            render = render_releases(render, facts, renderer.charts, session.config, session.snapshot, kube_version=session.config.kube_version(cluster))
+            render = render_releases(render, facts, renderer.charts, session.config, session.snapshot, kube_version=session.config.kube_version(cluster), progress=renderer.progress)
         yield BuiltCluster(render, tuple(apply_order(render, TierGraph(t.spec for t in render.tiers.values()))))
 
 
@@ -121,7 +132,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     check_stop()
     tier_facts = facts.of_render(render)
     if renderer.charts is not None:
-        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed)
+        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
     graph = TierGraph(t.spec for t in render.tiers.values())
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.
@@ -161,7 +172,19 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     return Analysis(render, graph, build_report(render, graph, findings, cold_start), renderer)
 
 
-__all__ = ["CheckOptions", "RepoConfig", "check_repository", "check_session", "render_repository"]
+def repository_clusters(repo: Path, config: RepoConfig | None = None) -> list[ClusterEntry]:
+    """The clusters of the working tree at `repo` as `check` finds them, with each entry path and how it was found."""
+    from bot.adapters.workspace import build_snapshot
+    from bot.engine.config import snapshot_config
+
+    if not repo.is_dir():
+        raise UserError(f"{repo} is not a directory")
+    with tempfile.TemporaryDirectory(prefix="fluxwarden-clusters-") as tmp:
+        snapshot = build_snapshot(repo, Path(tmp))
+        return cluster_entries(config if config is not None else snapshot_config(snapshot), snapshot)
+
+
+__all__ = ["CheckOptions", "RepoConfig", "check_repositories", "check_repository", "repository_clusters", "check_session", "render_repository"]
 
 
 def commit_clusters(repo_dir: Path, rev: str) -> tuple[str, ...]:

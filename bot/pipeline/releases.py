@@ -47,6 +47,7 @@ from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, 
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
 from bot.engine.scope import cluster_scoped_kinds
 from bot.engine.tree import RepoTree
+from bot.pipeline.progress import Progress
 
 # The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
@@ -148,6 +149,7 @@ def render_releases(
     *,
     kube_version: str = DEFAULT_KUBE_VERSION,
     changed: frozenset[str] = frozenset(),
+    progress: Progress | None = None,
 ) -> ClusterRender:
     """The render with its HelmReleases' charts rendered (`ClusterRender.releases`) and the findings that produced."""
     if not stage.options.render:
@@ -177,12 +179,20 @@ def render_releases(
     scoped = cluster_scoped_kinds(crd_bodies)
     scope_key = _scope_key(crd_bodies)
 
+    if progress is not None:
+        progress.charts_known(len(jobs))
+
     def cached(job: _Job) -> tuple[RenderedRelease, list[Finding]] | None:
-        return _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped, cached_only=True, scope_key=scope_key)
+        out = _render_one(job, objects, stage, snapshot, kube_version, capabilities, scoped, cached_only=True, scope_key=scope_key)
+        if out is not None and progress is not None:
+            progress.chart_done()
+        return out
 
     def rendered(i: int) -> tuple[RenderedRelease, list[Finding]]:
         out = _render_one(jobs[i], objects, stage, snapshot, kube_version, capabilities, scoped, scope_key=scope_key)
         assert out is not None  # only a cached_only call gives None
+        if progress is not None:
+            progress.chart_done()
         return out
 
     # A cached render of a chart of this repository is pure Python: done here, since threads would only contend

@@ -31,6 +31,7 @@ from bot.engine.model import Finding, Manifest, Severity, SourceLocation, Substi
 from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, render_key, tree_key
+from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartStage
 
 
@@ -87,8 +88,10 @@ class Renderer:
         memo: RunMemo,
         limits: RenderLimits = RenderLimits(),
         charts: ChartStage | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.progress = progress  # bumped as tiers are scheduled and finished (None: nobody reads it)
         self.charts = charts  # the run's chart fetcher and Helm workers (bot/pipeline/releases.py); None: charts not rendered
         self.config = config
         self.binary = binary
@@ -299,6 +302,8 @@ class _ClusterPass:
 
     def _schedule(self, spec: TierSpec) -> None:
         self.outstanding += 1
+        if self.renderer.progress is not None and not self.graph_only:
+            self.renderer.progress.tier_known()
         known = self.renderer.known_build(spec)
         if known is not None:  # memoised or reused: no I/O, no thread
             future: Future[RawTier] = Future()
@@ -373,6 +378,8 @@ class _ClusterPass:
             self.finish_findings[tid] = tier_findings
             if self.on_finished is not None:
                 self.on_finished(rendered)
+            if renderer.progress is not None and not self.graph_only:
+                renderer.progress.tier_done()
             self.findings.extend(tier_findings)
             self._follow(tid, rendered)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bot.adapters import git as gitrepo
 from bot.adapters.memory import check_stop
+from bot.engine.checks.graph import anchor_cycles
 from bot.engine.coldstart import compare
 from bot.engine.config import CONFIG_FILE, RepoConfig, load_repo_config
 from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
@@ -103,7 +104,7 @@ def _review(
     diff = diff_clusters(base.render if base else None, head.render)
     releases = diff_releases(base.render if base else None, head.render)
     transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
-    findings = [*head.report.findings, *transient]
+    findings = anchor_cycles([*head.report.findings, *transient], head.graph, changed, head.renderer.snapshot.read_text, base.graph if base else None)
     report = build_report(head.render, head.graph, findings, head.report.cold_start)
     reviewed = mark_new(report.findings, base.report.findings if base else ())
     touched = {tid for tid, tier in head.render.tiers.items() if tier.inputs & changed}

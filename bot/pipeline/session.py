@@ -20,6 +20,7 @@ from bot.adapters.workspace import Snapshot, build_snapshot
 from bot.engine.config import RepoConfig, snapshot_config
 from bot.engine.discovery import RenderLimits
 from bot.pipeline.memo import RunMemo
+from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions, ChartStage
 from bot.pipeline.renderer import Renderer
 
@@ -34,6 +35,7 @@ class CheckOptions:
     cache_dir: Path | None = None  # None: no on-disk cache
     bootstrap: bool = True  # False (`--no-bootstrap`): judge a bare cluster, nothing installed before Flux
     charts: ChartOptions = field(default_factory=ChartOptions)  # how HelmReleases' charts are fetched and rendered
+    progress: Progress | None = field(default=None, compare=False)  # counters for a progress line (the CLI on a terminal)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Session:
     timeout: float = 120.0
     memo: RunMemo = field(default_factory=RunMemo)  # shared by the sessions of one run (both sides of a review)
     charts: ChartStage | None = None  # the run's chart fetcher and Helm workers; None: HelmReleases are not rendered
+    progress: Progress | None = None
 
     @classmethod
     def of(
@@ -61,14 +64,14 @@ class Session:
         """
         return cls(
             snapshot, config if config is not None else snapshot_config(snapshot), binary, cache, options.jobs, options.timeout,
-            memo if memo is not None else RunMemo(), charts,
+            memo if memo is not None else RunMemo(), charts, options.progress,
         )
 
     def renderer(self, limits: RenderLimits = RenderLimits()) -> Renderer:
         """A renderer of this session's snapshot (its builds, finished tiers and facts go to the session's memos)."""
         return Renderer(
             self.snapshot, self.config, self.binary, jobs=self.jobs, timeout=self.timeout, cache=self.cache, memo=self.memo, limits=limits,
-            charts=self.charts,
+            charts=self.charts, progress=self.progress,
         )
 
 

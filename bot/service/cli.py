@@ -15,8 +15,10 @@ from bot.adapters.cache import default_cache_dir
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
 from bot.engine.chartsource import FetchPolicy
-from bot.pipeline.check import CheckOptions, check_repository, tune_gc
+from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc
+from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions
+from bot.service.progress_line import progress_line
 from bot.engine.errors import FluxwardenError, InfraError, UserError
 from bot.engine.report import format_markdown, format_text
 from bot.adapters.workspace import read_config_text
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = sub.add_parser("check", help="render a cluster and check its tier graph")
     check.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
-    check.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    check.add_argument("--cluster", help="cluster name (see `fluxwarden clusters`; default: the only one, else every one)")
     check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     check.add_argument("--output", type=Path, help="write the report here instead of stdout")
     _render_arguments(check)
@@ -65,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cache_arguments(tier)
     drift = sub.add_parser("drift", help="compare a cluster with the render of the repository, once (read-only)")
     drift.add_argument("--repo", default=".", type=Path, help="repository working tree, e.g. a checkout of the default branch (default: .)")
-    drift.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    drift.add_argument("--cluster", help="cluster name (see `fluxwarden clusters`; default: the only one)")
     drift.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     drift.add_argument("--context", help="kubeconfig context (default: its current-context)")
     drift.add_argument("--format", choices=("text", "json", "markdown"), default="text")
@@ -75,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cache_arguments(drift)
     build = sub.add_parser("build", help="print a cluster's rendered objects (what kustomize-controller would apply) as YAML")
     build.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
-    build.add_argument("--cluster", required=True, help="cluster name (clusters/<name> or .fluxwarden.yaml)")
+    build.add_argument("--cluster", help="cluster name (see `fluxwarden clusters`; default: the only one)")
     build.add_argument(
         "--tier", action="append", default=[], metavar="NS/NAME",
         help="only this Kustomization, or this HelmRelease's chart (HelmRelease/NS/NAME; repeatable; default: every tier)",
@@ -87,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--timeout", type=float, default=120.0, help="seconds one kustomize build may take")
     _cache_arguments(build)
     _chart_arguments(build)
+    clusters = sub.add_parser("clusters", help="list the clusters found in a repository, each with its entry path and how it was found")
+    clusters.add_argument("--repo", default=".", type=Path, help="repository working tree (default: .)")
+    clusters.add_argument("--config", type=Path, help="use this .fluxwarden.yaml instead of the repository's (it may live outside the repo)")
+    clusters.add_argument("--format", choices=("text", "json"), default="text")
     demo = sub.add_parser("demo", help="review the bundled example's CDI fix as a PR: the incident, and what the fix changes")
     demo.add_argument("--example", type=Path, help="the bundled example (default: examples/home-ops, from the Fluxwarden checkout)")
     _render_arguments(demo, config=False)
@@ -114,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build(args)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "clusters":
+            return _clusters(args)
         return _check(args)
     except FluxwardenError as exc:
         kind = "infrastructure error" if isinstance(exc, InfraError) else "error"
@@ -132,6 +140,7 @@ def _check(args: argparse.Namespace) -> int:
     cache_dir = _cache_dir(args)
     options = CheckOptions(
         kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, bootstrap=not args.no_bootstrap, charts=_charts(args),
+        progress=Progress(),
     )
     if args.head and not args.base:
         raise UserError("--head needs --base")
@@ -144,16 +153,19 @@ def _check(args: argparse.Namespace) -> int:
     if args.base:
         return _review(args, options)
     config = _config(args)
-    live, _ = _live(args)
-    report = check_repository(args.repo, args.cluster, options, live=live, config=config)
+    names = _clusters_to_check(args, config)
+    live, _ = _live(args, names[0])
+    with progress_line(options.progress, sys.stderr):
+        reports = check_repositories(args.repo, names, options, live=live, config=config)
     if args.format == "json":
-        text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+        data = reports[0].to_json() if len(reports) == 1 else {"clusters": [r.to_json() for r in reports]}
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     elif args.format == "markdown":
-        text = format_markdown(report)
+        text = "\n".join(format_markdown(r) for r in reports)
     else:
-        text = format_text(report)
+        text = "\n".join(format_text(r) for r in reports)
     _emit(args, text)
-    return EXIT_FINDINGS if report.errors else EXIT_CLEAN
+    return EXIT_FINDINGS if any(r.errors for r in reports) else EXIT_CLEAN
 
 
 def _review(args: argparse.Namespace, options: CheckOptions) -> int:
@@ -166,20 +178,66 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
         config = None
     else:
         config = _config(args) or _working_tree_config(args.repo)
-    live, fetch_objects = _live(args)
-    review = review_repository(
-        args.repo, args.cluster, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects,
-        config=config,
-    )
+    names = _clusters_to_check(args, config)
+    live, fetch_objects = _live(args, names[0])
+    with progress_line(options.progress, sys.stderr):
+        reviews = [
+            review_repository(
+                args.repo, name, args.base, args.head, options, cache_dir=options.cache_dir, live=live, fetch_objects=fetch_objects,
+                config=config,
+            )
+            for name in names
+        ]
     if args.format == "json":
-        text = json.dumps(review_to_json(review), indent=2, ensure_ascii=False) + "\n"
+        data = review_to_json(reviews[0]) if len(reviews) == 1 else {"clusters": [review_to_json(r) for r in reviews]}
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     elif args.format == "markdown":
-        text = "\n".join(format_review_markdown([review]))
+        text = "\n".join(format_review_markdown(reviews))
     else:
-        text = format_review_text(review, all_findings=args.all_findings)
+        text = "\n".join(format_review_text(r, all_findings=args.all_findings) for r in reviews)
     _emit(args, text)
     # A change is judged by what it adds: pre-existing errors do not fail it.
-    return EXIT_FINDINGS if review.new_errors else EXIT_CLEAN
+    return EXIT_FINDINGS if any(r.new_errors for r in reviews) else EXIT_CLEAN
+
+
+def _clusters_to_check(args: argparse.Namespace, config: RepoConfig | None) -> list[str]:
+    """`--cluster`, else every cluster of the repository (as `/precheck` with no cluster); --live reads one cluster."""
+    if args.cluster:
+        return [args.cluster]
+    names = [entry.name for entry in repository_clusters(args.repo, config)]
+    if not names:
+        raise UserError(f"no cluster found in {args.repo}: name its entry in .fluxwarden.yaml `clusters:` (see `fluxwarden clusters`)")
+    if len(names) > 1 and getattr(args, "live", False):
+        raise UserError(f"--live reads one cluster: pass --cluster (one of {', '.join(names)})")
+    return names
+
+
+def _one_cluster(args: argparse.Namespace) -> str:
+    """`--cluster`, else the repository's only cluster; several: a usage error naming them."""
+    if args.cluster:
+        return args.cluster
+    entries = repository_clusters(args.repo, _config(args))
+    if len(entries) == 1:
+        return entries[0].name
+    if not entries:
+        raise UserError(f"no cluster found in {args.repo}: name its entry in .fluxwarden.yaml `clusters:` (see `fluxwarden clusters`)")
+    listed = ", ".join(f"{e.name} ({e.path or '.'})" for e in entries)
+    raise UserError(f"{args.repo} has {len(entries)} clusters: {listed}; pass --cluster NAME")
+
+
+def _clusters(args: argparse.Namespace) -> int:
+    """List the clusters discovery finds: 0 when there is one or more, 1 when there is none."""
+    entries = repository_clusters(args.repo, _config(args))
+    if args.format == "json":
+        sys.stdout.write(json.dumps([{"name": e.name, "entry": e.path, "how": e.how} for e in entries], indent=2) + "\n")
+    elif not entries:
+        print(f"no cluster found in {args.repo}: name its entry in .fluxwarden.yaml `clusters:`")
+    else:
+        width = max(len(e.name) for e in entries)
+        entry_width = max(len(e.path or ".") for e in entries)
+        for e in entries:
+            print(f"{e.name:{width}}  {e.path or '.':{entry_width}}  {e.how}")
+    return EXIT_CLEAN if entries else EXIT_FINDINGS
 
 
 def _config(args: argparse.Namespace) -> RepoConfig | None:
@@ -194,7 +252,7 @@ def _working_tree_config(repo: Path) -> RepoConfig:
     return load_repo_config(read_config_text(repo))
 
 
-def _live(args: argparse.Namespace):
+def _live(args: argparse.Namespace, cluster: str):
     """With --live: the cluster's state, read now (async, before the sync engine), and a reader for moved objects.
 
     An unreachable cluster, a bad credential or a forbidden read is not an exception here: the state
@@ -205,7 +263,7 @@ def _live(args: argparse.Namespace):
     from bot.adapters.kube import ClusterAccess, ObjectReader, fetch_live_state  # kubernetes-asyncio: only with --live
 
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
-    return fetch_live_state(access, args.cluster), ObjectReader(access)
+    return fetch_live_state(access, cluster), ObjectReader(access)
 
 
 def _check_output(path: Path | None) -> None:
@@ -327,7 +385,7 @@ def _drift(args: argparse.Namespace) -> int:
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
     options = DriftOptions(stuck_after=timedelta(seconds=args.stuck_after))
     report = drift_repository(
-        args.repo, args.cluster, access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options,
+        args.repo, _one_cluster(args), access, check=CheckOptions(kustomize=args.kustomize, timeout=args.timeout), options=options,
         cache_dir=_cache_dir(args), config=_config(args),
     )
     if report.error is not None:
@@ -348,8 +406,9 @@ def _build(args: argparse.Namespace) -> int:
     from bot.pipeline.export import build_findings, format_build, select_tiers, selected_releases, tier_problem
 
     cache_dir = _cache_dir(args)
-    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, charts=_charts(args))
-    with render_repository(args.repo, args.cluster, options, config=_config(args)) as built:
+    options = CheckOptions(kustomize=args.kustomize, jobs=args.jobs, timeout=args.timeout, cache_dir=cache_dir, charts=_charts(args), progress=Progress())
+    cluster = _one_cluster(args)
+    with progress_line(options.progress, sys.stderr), render_repository(args.repo, cluster, options, config=_config(args)) as built:
         tiers = select_tiers(built, args.tier)  # an unknown tier is a UserError: exit 2
         everything = not args.tier
         findings = build_findings(built, tiers, everything) + (nothing_rendered(built.render) if everything else [])

@@ -157,14 +157,20 @@ async def test_partial_failures_are_recorded(fake: FakeKube, tmp_path: Path) -> 
     assert state.crd_error is not None and "CustomResourceDefinitions" in state.crd_error
 
 
+def _malformed(path: Path) -> Path:
+    path.write_text("apiVersion: v1\nkind: Config\nclusters:\n- {name: a, cluster: [unclosed: x}\n")
+    return path
+
+
 @pytest.mark.parametrize(
     "make,phrase,error",
     [
         (lambda tmp, f: ClusterAccess(kubeconfig=tmp / "missing"), "does not exist", KubeConfigError),
         (lambda tmp, f: ClusterAccess(kubeconfig=f.kubeconfig(tmp / "kc"), context="no-such-context"), "cannot load the context no-such-context", KubeConfigError),
         (lambda tmp, f: ClusterAccess(in_cluster=True), "cannot load the in-cluster service account", KubeConfigError),
+        (lambda tmp, f: ClusterAccess(kubeconfig=_malformed(tmp / "kc")), "not valid YAML at line 4, column", KubeConfigError),
     ],
-    ids=["missing-kubeconfig", "unknown-context", "not-in-a-pod"],
+    ids=["missing-kubeconfig", "unknown-context", "not-in-a-pod", "malformed-kubeconfig"],
 )
 async def test_bad_access_configuration(fake: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make, phrase: str, error: type) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -175,6 +181,21 @@ async def test_bad_access_configuration(fake: FakeKube, tmp_path: Path, monkeypa
     assert phrase in str(raised.value)
     state = await read_live_state(acc, "prod")
     assert state.error is not None and phrase in state.error
+
+
+async def test_an_unreachable_server_is_named_once(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        f"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    state = await read_live_state(ClusterAccess(kubeconfig=kubeconfig, timeout=5), "prod")
+    assert state.error is not None and "of the kubeconfig's current context" in state.error and "the the" not in state.error
 
 
 async def test_error_classes_are_infra_errors(fake: FakeKube, tmp_path: Path) -> None:

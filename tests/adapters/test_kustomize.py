@@ -159,7 +159,8 @@ def test_run_build_clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         assert name not in env
     assert env["HOME"] == str(sandbox)
     assert env["KUSTOMIZE_PLUGIN_HOME"].startswith(str(sandbox))
-    assert env["PATH"].startswith(str(sandbox))  # nothing to exec: no git for remote bases, no plugins
+    # A wrapper script: the sandbox's empty dir, the system dirs and its own dir; never our PATH.
+    assert env["PATH"].split(":") == [str(sandbox / "empty-path"), "/usr/local/bin", "/usr/bin", "/bin", str(binary.path).rsplit("/", 1)[0]]
     assert env["HTTPS_PROXY"] == env["HTTP_PROXY"] == "http://127.0.0.1:9"
     argv = (out / "argv").read_text().splitlines()
     assert argv == ["build", str(build_dir), *NO_RESTRICTOR]
@@ -310,3 +311,59 @@ def test_stop_builds_kills_builds_in_flight_and_refuses_new_ones(tmp_path: Path)
         allow_builds()
     ok = KustomizeBinary(str(fake(tmp_path / "ok", "kustomize", f"/bin/cat <<'EOF'\n{OUTPUT}EOF\n")), embedded=False)
     assert run_build(ok, tmp_path, sandbox_home=tmp_path / "h") == OUTPUT
+
+
+def test_a_compiled_kustomize_gets_an_empty_path(tmp_path: Path) -> None:
+    """Only a script gets a PATH: the real binary finds no git (remote bases) and no plugins."""
+    from bot.adapters.kustomize import _clean_env
+
+    env = _clean_env(tmp_path / "home", _venv_kubectl())
+    assert env["PATH"] == str(tmp_path / "home" / "empty-path")
+
+
+def test_a_wrapper_script_finds_the_tools_beside_it(tmp_path: Path, bare_env: Path) -> None:
+    """A `kustomize` that is a shell script running the real binary by name (not by path) builds."""
+    bindir = tmp_path / "tools"
+    bindir.mkdir()
+    (bindir / "kubectl").symlink_to(_venv_kubectl())
+    wrapper = fake(bindir, "kustomize", 'exec kubectl kustomize "$2" "$3" "$4"')
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "kustomization.yaml").write_text("resources: [cm.yaml]\n")
+    (tmp_path / "w" / "cm.yaml").write_text(OUTPUT)
+    binary = locate_kustomize(str(wrapper))
+    assert binary == KustomizeBinary(str(wrapper), embedded=False)
+    assert "name: fake" in run_build(binary, tmp_path / "w", sandbox_home=tmp_path / "home")
+
+
+def test_a_mise_shim_is_resolved_to_its_target(tmp_path: Path, bare_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mise's shims are links to mise itself: `mise which kustomize` names the binary, which runs in the sandbox."""
+    real = fake(tmp_path / "installs" / "kustomize" / "5.7.0", "kustomize", f'printf "{OUTPUT}"')
+    mise = fake(tmp_path / "bin", "mise", f'[ "$1 $2" = "which kustomize" ] && echo {real} && exit 0\nexit 1')
+    shims = tmp_path / "mise" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "kustomize").symlink_to(mise)
+    monkeypatch.setenv("PATH", f"{shims}:{bare_env}")
+    assert locate_kustomize() == KustomizeBinary(str(real), embedded=False)
+
+
+def test_an_asdf_shim_is_resolved_to_its_target(tmp_path: Path, bare_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fake(tmp_path / "installs" / "kustomize" / "5.7.0" / "bin", "kustomize")
+    fake(tmp_path / "asdf" / "bin", "asdf", f'[ "$1 $2" = "which kustomize" ] && echo {real} && exit 0\nexit 1')
+    shim = fake(tmp_path / "asdf" / "shims", "kustomize", '# asdf-plugin: kustomize 5.7.0\nexec asdf exec "kustomize" "$@"')
+    assert locate_kustomize(str(shim)) == KustomizeBinary(str(real), embedded=False)
+
+
+def test_a_shim_that_cannot_be_resolved_is_kept(tmp_path: Path, bare_env: Path) -> None:
+    shim = fake(tmp_path / "asdf" / "shims", "kustomize", 'exec asdf exec "kustomize" "$@"')  # no asdf to ask
+    assert locate_kustomize(str(shim)) == KustomizeBinary(str(shim), embedded=False)
+
+
+def test_a_binary_that_fails_to_start_is_said_once(tmp_path: Path, bare_env: Path) -> None:
+    """A wrapper that dies on every call: `binary_failure` names it with its last words; a working one is not blamed."""
+    from bot.adapters.kustomize import binary_failure
+
+    broken = fake(tmp_path / "b", "kustomize", 'echo "Traceback (most recent call last):" >&2\necho "  File x" >&2\necho "ModuleNotFoundError: no module named kustomize" >&2\nexit 1')
+    why = binary_failure(KustomizeBinary(str(broken), embedded=False), tmp_path / "home")
+    assert why == f"kustomize at {broken} failed to start: Traceback (most recent call last): / File x / ModuleNotFoundError: no module named kustomize"
+    fine = fake(tmp_path / "f", "kustomize", '[ "$1" = version ] && echo v5.7.0 && exit 0\nexit 1')
+    assert binary_failure(KustomizeBinary(str(fine), embedded=False), tmp_path / "home") is None

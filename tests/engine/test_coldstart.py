@@ -442,3 +442,22 @@ def test_timeline_says_which_kinds_it_could_not_judge(tmp_path):
     assert report.cold_start.unjudged and str(report.cold_start.unjudged[0]) == "Widget.example.com"
     assert "not judged: 1 kind nobody known provides, taken as served (Widget)" in report.cold_start.timeline()
     assert report.cold_start.to_json()["unjudged"] == ["Widget.example.com"]
+
+
+def test_a_tier_whose_build_failed_is_never_listed_as_ready(tmp_path):
+    """A tier kustomize could not build has no known objects: the cold-start line says so instead of a round."""
+    from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
+    from bot.pipeline.check import check_repository
+
+    files = flux_repo({"good": ks("good", "./good"), "broken": ks("broken", "./broken")}, {
+        "good/kustomization.yaml": kustomization("objects.yaml"),
+        "good/objects.yaml": dump(obj("v1", "ConfigMap", "c", "default")),
+        "broken/kustomization.yaml": kustomization("missing.yaml"),
+    })
+    report = check_repository(write_tree(tmp_path, files), "dev")
+    assert any(f.check == "render-failed" and f.kustomization == TierId(NS, "broken") for f in report.findings)
+    line = report.cold_start.timeline()
+    rounds = line.split(" · not judged")[0]
+    assert "good" in rounds and "broken" not in rounds
+    assert "not judged, build failed: broken" in line
+    assert report.cold_start.to_json()["unrendered"] == ["flux-system/broken"]

@@ -1,4 +1,4 @@
-"""The catalogue of finding ids (bot/engine/findings.py) is every id the code makes, README's table is made from it."""
+"""The catalogue of finding ids (bot/engine/findings.py) is every id the code makes, docs/reference.md's table is made from it."""
 
 from __future__ import annotations
 
@@ -74,12 +74,12 @@ def test_every_id_the_code_makes_is_catalogued_and_back() -> None:
     made = _ids_in_code()
     catalogued = {kind.id for kind in CATALOGUE}
     assert {id_: where for id_, where in made.items() if id_ not in catalogued} == {}
-    assert sorted(catalogued - set(made)) == []  # an id nobody makes any more leaves the catalogue (and README)
+    assert sorted(catalogued - set(made)) == []  # an id nobody makes any more leaves the catalogue (and docs/reference.md)
     assert len(CATALOGUE) == 37
 
 
-def test_readme_check_table_is_the_catalogue() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_reference_check_table_is_the_catalogue() -> None:
+    readme = (ROOT / "docs" / "reference.md").read_text()
     table = CATALOGUE.markdown_table()
     assert table in readme
     rows = [line for line in readme.splitlines() if line.startswith("| `")]

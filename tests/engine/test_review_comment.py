@@ -236,3 +236,131 @@ def test_golden_mermaid_edges_never_touch_a_summary(path: Path) -> None:
 def test_graph_draws_only_what_the_findings_and_moves_need() -> None:
     assert graph_tiers(eighty_tiers()) == []
     assert {t.name for t in graph_tiers(move_between_tiers())} == {"storage", "storage-profiles"}
+
+
+# -- the shapes of issue 24: each a golden, each with its first screen checked ------------------------------
+
+
+def _deployment(image: str) -> list[str]:
+    return ["spec:", "  template:", "    spec:", "      containers:", f"      - image: {image}"]
+
+
+def one_app_bump() -> ClusterReview:
+    """One app's chart and image move: 6 tiers, one changed, nothing new."""
+    tiers = [summary("flux-system"), summary("infra", "flux-system"), summary("apps", "infra"), *(summary(f"apps/app-{i}", "flux-system/apps") for i in range(3))]
+    diff = cluster_diff(
+        "prod",
+        tier_diff(
+            change(ChangeKind.CHANGED, "HelmRelease/apps/grafana", "apps/app-1", diff=yaml_diff(["    version: 8.5.1"], ["    version: 8.6.0"]), api_version="helm.toolkit.fluxcd.io/v2"),
+            change(ChangeKind.CHANGED, "Deployment/apps/grafana-sidecar", "apps/app-1", diff=yaml_diff(_deployment("kiwigrid/k8s-sidecar:1.27.4"), _deployment("kiwigrid/k8s-sidecar:1.28.0")), api_version="apps/v1"),
+        ),
+    )
+    return review("prod", tiers, diff, [])
+
+
+def twenty_commit_pr() -> ClusterReview:
+    """A 20-commit PR: 18 tiers touched, two tiers added and one removed, charts and images moved, one new warning."""
+    infra = [summary("flux-system"), *(summary(f"infra-{i}", "flux-system") for i in range(4))]
+    apps = [summary(f"apps/app-{i:02}", f"flux-system/infra-{i % 4}") for i in range(20)]
+    tiers = [*infra, *apps, summary("apps/new-a", "flux-system/infra-0"), summary("apps/new-b", "apps/new-a")]
+    changes = []
+    for i in range(14):
+        tier = f"apps/app-{i:02}"
+        if i % 3 == 0:
+            changes.append(tier_diff(change(ChangeKind.CHANGED, f"HelmRelease/apps/app-{i:02}", tier, diff=yaml_diff([f"    version: 1.{i}.0"], [f"    version: 1.{i}.1"]), api_version="helm.toolkit.fluxcd.io/v2")))
+        else:
+            changes.append(tier_diff(change(ChangeKind.CHANGED, f"Deployment/apps/app-{i:02}", tier, diff=yaml_diff(_deployment(f"ghcr.io/acme/app-{i:02}:2.{i}.0"), _deployment(f"ghcr.io/acme/app-{i:02}:2.{i}.1")), api_version="apps/v1")))
+    changes.append(tier_diff(change(ChangeKind.ADDED, "Deployment/apps/new-a", "apps/new-a", api_version="apps/v1"), change(ChangeKind.ADDED, "Service/apps/new-a", "apps/new-a")))
+    changes.append(tier_diff(change(ChangeKind.ADDED, "ConfigMap/apps/new-b", "apps/new-b")))
+    changes.append(tier_diff(change(ChangeKind.REMOVED, "Deployment/apps/old", "apps/app-19", api_version="apps/v1")))
+    changes.append(tier_diff(change(ChangeKind.CHANGED, "ConfigMap/flux-system/cluster-vars", "infra-2", diff=yaml_diff(["  DOMAIN: example.com"], ["  DOMAIN: example.org"]))))
+    new = (finding("dependency-not-waited", Severity.WARNING, "apps/new-b relies on a CRD of apps/new-a, which has neither wait: true nor a healthChecks entry covering it", "apps/new-b", None, "apps/new-b/ks.yaml:9"), True)
+    return review("prod", tiers, cluster_diff("prod", *changes, added=("apps/new-a", "apps/new-b"), removed=("apps/gone",)), [new])
+
+
+def repo_wide_change() -> ClusterReview:
+    """One label added to every app's Deployment (77 tiers), and three tiers with their own change."""
+    tiers = [summary("flux-system"), *(summary(f"apps/app-{i:02}", "flux-system/flux-system") for i in range(80))]
+    label = yaml_diff(["metadata:", "  labels:", "    app: x"], ["metadata:", "  labels:", "    app: x", "    team: platform"])
+    same = [tier_diff(change(ChangeKind.CHANGED, f"Deployment/apps/app-{i:02}", f"apps/app-{i:02}", diff=label, api_version="apps/v1")) for i in range(77)]
+    own = [
+        tier_diff(change(ChangeKind.CHANGED, f"ConfigMap/apps/app-{i:02}", f"apps/app-{i:02}", diff=yaml_diff([f"  size: {i}"], [f"  size: {i * 2}"])))
+        for i in range(77, 80)
+    ]
+    return review("prod", tiers, cluster_diff("prod", *same, *own), [])
+
+
+def new_cycle() -> ClusterReview:
+    """The PR adds `dependsOn: storage` to `backup`, which storage already (transitively) waits for."""
+    tiers = [summary("platform"), summary("storage", "platform", "backup"), summary("volumes", "storage"), summary("backup", "volumes", "storage"), summary("apps", "platform")]
+    message = (
+        "dependsOn forms a cycle: flux-system/storage → flux-system/backup → flux-system/storage; "
+        "Flux never applies any of these Kustomizations"
+    )
+    cycle = (finding("dependency-cycle", Severity.ERROR, message, "storage", None, "clusters/prod/backup.yaml:12"), True)
+    diff = cluster_diff("prod")
+    return review("prod", tiers, diff, [cycle], touched=("backup",))
+
+
+def fix_pr() -> ClusterReview:
+    """The PR adds the missing `wait: true`: the deadlock it resolves and the error it fixes come first."""
+    tiers = [summary("platform"), summary("platform-config", "platform"), summary("apps", "platform-config")]
+    fixed = finding(
+        "health-check-deadlock", Severity.ERROR, "on a cold start flux-system/platform-config never becomes Ready: its healthChecks cover an object flux-system/apps applies",
+        "platform-config", None, "clusters/prod/platform-config.yaml:14",
+    )
+    old = (finding("unused-variable", Severity.INFO, "variable CLUSTER_REGION is never used", "apps", None, "clusters/prod/apps.yaml:20"), False)
+    diff = cluster_diff("prod")
+    r = review("prod", tiers, diff, [old], touched=("platform-config",), resolved=(fixed,))
+    from dataclasses import replace
+
+    return replace(r, cold_start_change="this change resolves a cold-start deadlock")
+
+
+def moves() -> ClusterReview:
+    """Three objects move from `monitoring` into a new tier `monitoring-crs`; one more tier's config changes."""
+    tiers = [summary("platform"), summary("monitoring", "platform"), summary("monitoring-crs", "monitoring"), summary("apps", "platform")]
+    moved = tier_diff(*(
+        change(ChangeKind.MOVED, f"ServiceMonitor/monitoring/{n}", "monitoring-crs", from_tier="monitoring", api_version="monitoring.coreos.com/v1")
+        for n in ("node-exporter", "kube-state-metrics", "kubelet")
+    ))
+    other = tier_diff(change(ChangeKind.CHANGED, "ConfigMap/apps/settings", "apps", diff=yaml_diff(["  replicas: 2"], ["  replicas: 3"])))
+    transient = (finding(
+        "prune-transient", Severity.WARNING,
+        "3 objects move from flux-system/monitoring (prune: true) to flux-system/monitoring-crs: flux-system/monitoring may prune them before "
+        "flux-system/monitoring-crs applies them; merge prune: false on flux-system/monitoring first",
+        "monitoring", "ServiceMonitor/monitoring/node-exporter", "monitoring-crs/monitors.yaml:1",
+    ), True)
+    return review("prod", tiers, cluster_diff("prod", moved, other, added=("monitoring-crs",)), [transient])
+
+
+SHAPE_GOLDENS = {
+    "shape-one-app-bump": one_app_bump,
+    "shape-20-commit-pr": twenty_commit_pr,
+    "shape-repo-wide-change": repo_wide_change,
+    "shape-new-cycle": new_cycle,
+    "shape-fix-pr": fix_pr,
+    "shape-moves": moves,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_GOLDENS))
+def test_shape_golden(name: str) -> None:
+    r = SHAPE_GOLDENS[name]()
+    parts = format_review_markdown([r])
+    assert all(len(p) <= 65536 for p in parts)
+    assert_golden(f"review/{name}.md", SPLIT.join(parts))
+    _first_screen_holds_the_change(parts[0], r)
+    assert_edges_avoid_summaries(mermaid_blocks(SPLIT.join(parts))[0], r) if mermaid_blocks(SPLIT.join(parts)) else None
+
+
+def test_each_shape_says_what_it_is() -> None:
+    """The line a reviewer reads first under the verdict, per shape."""
+    first = {name: format_review_markdown([make()])[0] for name, make in SHAPE_GOLDENS.items()}
+    assert "**Nothing to do.**" in first["shape-one-app-bump"] and "grafana" in first["shape-one-app-bump"].split("**Findings:**")[0]
+    assert "The same change in 77 tiers" in first["shape-repo-wide-change"]
+    assert "**To do:** Remove the `dependsOn` this PR added (`backup` → `storage`)." in first["shape-new-cycle"].split("**What changed:**")[0]
+    assert first["shape-fix-pr"].splitlines()[2].startswith("**Fixed:** resolved a cold-start deadlock")
+    assert "Set `prune: false` on `monitoring` for one merge" in first["shape-moves"].split("**What changed:**")[0]
+    cycle_graph = mermaid_blocks(first["shape-new-cycle"])
+    assert cycle_graph and "t_flux_system_storage" in cycle_graph[0] and "t_flux_system_backup" in cycle_graph[0]  # both ends

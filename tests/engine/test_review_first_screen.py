@@ -111,7 +111,11 @@ def _skip_details(markdown: str) -> str:
     return "\n".join(out)
 
 
-SHAPES = ["seed-pr.md", "seed-pr-reverse.md", "80-tiers-1-changed.md", "move-2-tiers.md", "split-80-tiers-3000.md", "prod.md"]
+SHAPES = [
+    "seed-pr.md", "seed-pr-reverse.md", "80-tiers-1-changed.md", "move-2-tiers.md", "split-80-tiers-3000.md", "prod.md",
+    # issue 24's shapes (tests/engine/test_review_comment.py SHAPE_GOLDENS)
+    "shape-one-app-bump.md", "shape-20-commit-pr.md", "shape-repo-wide-change.md", "shape-new-cycle.md", "shape-fix-pr.md", "shape-moves.md",
+]
 
 
 @pytest.mark.parametrize("name", SHAPES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,3 +49,14 @@ def test_readme_first_command_is_the_demo() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     first = readme.split("```sh\n", 1)[1].split("\n```", 1)[0]
     assert first == "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/fluxwarden demo"
+
+
+def test_readme_first_screen() -> None:
+    """The README's first screen: what it is, the two commands, then one on a repository with `--repo` and nothing else."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("\n```", 1)[0] for b in readme.split("```sh\n")[1:]]
+    assert blocks[1].startswith("python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]'") and blocks[1].endswith("pytest -q -n 2")
+    mine = readme.split("## On your repository", 1)[1]
+    assert sorted(set(re.findall(r"--[a-z-]+", mine))) == ["--repo"]
+    assert readme.count("A **tier** is") == 1 and "(docs/reference.md)" in readme
+    assert len(readme.splitlines()) < 60

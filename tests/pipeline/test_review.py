@@ -350,3 +350,32 @@ def test_a_finding_hidden_by_a_render_failure_or_a_cycle_is_not_fixed() -> None:
     assert resolved_findings((), (warning,)) == (warning,)  # judged and gone: fixed
     other = Finding("render-failed", Severity.ERROR, "kustomize build failed", infra)
     assert resolved_findings((other,), (warning,)) == (warning,)
+
+
+def test_a_new_cycle_is_anchored_on_the_depends_on_the_change_added(tmp_path: Path) -> None:
+    """The cycle's finding points at the `dependsOn` entry this change wrote, not at the cycle's first tier."""
+    from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
+
+    def files(cycle: bool) -> dict[str, str]:
+        tiers = {
+            "alpha": ks("alpha", "./alpha"),
+            "beta": ks("beta", "./beta", depends_on=["alpha"]),
+            "gamma": ks("gamma", "./gamma", depends_on=["beta", "delta"] if cycle else ["beta"]),
+            "delta": ks("delta", "./delta", depends_on=["gamma"]),
+        }
+        extra = {f"{n}/kustomization.yaml": kustomization("cm.yaml") for n in tiers}
+        extra.update({f"{n}/cm.yaml": dump(obj("v1", "ConfigMap", n, "default")) for n in tiers})
+        return flux_repo(tiers, extra)
+
+    root = write_tree(tmp_path / "repo", files(False))
+    repo = init_repo(root)
+    base = repo.head.commit.hexsha
+    write_tree(root, files(True))
+    head = commit_all(repo, "gamma waits for delta")
+    review = review_repository(root, "dev", base, head, cache_dir=tmp_path / "cache")
+    [cycle] = [r for r in review.findings if r.finding.check == "dependency-cycle"]
+    assert cycle.new
+    location = cycle.finding.location
+    assert location is not None and location.file == "clusters/dev/gamma.yaml"
+    text = (root / location.file).read_text().splitlines()
+    assert location.line is not None and text[location.line - 1].strip() == "- name: delta"

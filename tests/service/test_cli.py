@@ -121,11 +121,10 @@ def test_error_finding_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str
     "argv,message",
     [
         (["check", "--cluster", "nope"], "unknown cluster 'nope' (known: dev, prod)"),
-        (["check"], "the following arguments are required: --cluster"),
         (["check", "--cluster", "dev", "--format", "yaml"], "invalid choice: 'yaml'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
-    ids=["unknown-cluster", "missing-cluster", "bad-format", "bad-command"],
+    ids=["unknown-cluster", "bad-format", "bad-command"],
 )
 def test_usage_errors_are_one_line_exit_2(example: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) if argv[0] != "check" or "--cluster" not in argv or "--format" in argv else _no_raise():
@@ -135,6 +134,60 @@ def test_usage_errors_are_one_line_exit_2(example: Path, capsys: pytest.CaptureF
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_without_cluster_check_checks_every_cluster(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --cluster on a repository of several: one verdict each, as `/precheck` with no cluster; the worst exit status."""
+    code = main(["check", "--repo", str(example), "--no-cache"])
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if line.startswith(("✅", "⚠️", "❌"))]
+    assert [v.split(":")[0].split()[-1] for v in verdicts] == ["dev", "prod"]
+    separate = [main(["check", "--repo", str(example), "--cluster", c, "--no-cache"]) for c in ("dev", "prod")]
+    capsys.readouterr()
+    assert code == max(separate)
+    assert main(["check", "--repo", str(example), "--no-cache", "--format", "json"]) == code
+    assert [r["cluster"] for r in json.loads(capsys.readouterr().out)["clusters"]] == ["dev", "prod"]
+
+
+def test_without_cluster_build_names_the_clusters_and_asks_for_one(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--repo", str(example), "--no-cache"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "has 2 clusters: dev (clusters/dev), prod (clusters/prod); pass --cluster NAME" in err
+
+
+def test_a_repository_of_one_cluster_needs_no_cluster_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tree(tmp_path, flux_repo({"a": ks("a", "./a")}, {"a/kustomization.yaml": kustomization("cm.yaml"), "a/cm.yaml": dump(obj("v1", "ConfigMap", "c", "default"))}))
+    assert main(["check", "--repo", str(tmp_path), "--no-cache"]) == 0
+    assert capsys.readouterr().out.startswith("✅ dev:")
+    assert main(["build", "--repo", str(tmp_path), "--no-cache"]) == 0
+    assert "name: c" in capsys.readouterr().out
+
+
+def test_clusters_lists_each_entry_and_how_it_was_found(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["clusters", "--repo", str(example)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [["dev", "clusters/dev"], ["prod", "clusters/prod"]]
+    assert all(line.endswith("configured in .fluxwarden.yaml") for line in lines)
+    (example / ".fluxwarden.yaml").write_text("tier_order: {file: bootstrap/standup.sh, variable: TIER_ORDER}\n")
+    assert main(["clusters", "--repo", str(example)]) == 0
+    found = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in found] == [["dev", "clusters/dev"], ["prod", "clusters/prod"]]
+    assert all(line.endswith("a folder of clusters/ that no other includes or applies") for line in found)
+    boot = tmp_path / "boot"
+    write_tree(boot, {
+        "kubernetes/main/flux-system/gotk-sync.yaml": dump(ks("flux-system", "./kubernetes/main")),
+        "kubernetes/main/flux-system/kustomization.yaml": kustomization("gotk-sync.yaml"),
+        "kubernetes/main/kustomization.yaml": kustomization("flux-system"),
+    })
+    assert main(["clusters", "--repo", str(boot), "--format", "json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["name"] == "default" and entry["entry"] == "kubernetes/main"
+    assert "applies its own directory" in entry["how"] or "gotk-sync" in entry["how"]
+    assert main(["clusters", "--repo", str(tmp_path / "empty-dir")]) == 2
+    (tmp_path / "nothing").mkdir()
+    assert main(["clusters", "--repo", str(tmp_path / "nothing")]) == 1
+    assert "no cluster found" in capsys.readouterr().out
 
 
 class _no_raise:
@@ -297,3 +350,38 @@ def test_a_deep_yaml_file_is_a_render_limit_not_an_internal_error(tmp_path: Path
     assert "internal error" not in proc.stderr + proc.stdout and proc.stderr == ""
     assert "ERROR   render-limit  flux-system/apps  apps/deep.yaml" in proc.stdout
     assert "(limit: 100); not rendered" in proc.stdout
+
+
+def test_a_kustomize_that_fails_to_start_is_one_line(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broken wrapper fails every tier the same way: the run says so once, with its real error, not a finding per tier."""
+    wrapper = tmp_path / "bin" / "kustomize"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\necho "Traceback (most recent call last):" >&2\necho "ImportError: cannot import name kustomize" >&2\nexit 1\n')
+    wrapper.chmod(0o755)
+    code = main(["check", "--repo", str(example), "--cluster", "dev", "--no-cache", "--kustomize", str(wrapper)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == f"fluxwarden: infrastructure error: kustomize at {wrapper} failed to start: Traceback (most recent call last): / ImportError: cannot import name kustomize\n"
+
+
+def test_markdown_of_a_500_tier_repository_fits_one_comment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`check --format markdown` stays within GitHub's 65,536 characters: findings alike grouped, notes folded, tiers cut."""
+    import yaml
+
+    from bench.synth import generate
+    from bot.engine.github_limits import MAX_COMMENT
+
+    root = tmp_path / "synth"
+    generate(root, tiers=500, objects=3000, clusters=("dev",), git=False)
+    for path in sorted((root / "clusters" / "base").glob("tier-*.yaml")):  # every tier waits for one that does not exist
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["dependsOn"] = [*doc["spec"].get("dependsOn", []), {"name": f"gone-{path.stem}"}]
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = main(["check", "--repo", str(root), "--cache-dir", str(tmp_path / "cache"), "--format", "markdown"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert len(out) <= MAX_COMMENT
+    missing = [line for line in out.splitlines() if "`missing-dependency`" in line]
+    assert len(missing) == 1 and "`missing-dependency` ×500" in missing[0] and "and 497 more" in missing[0]
+    assert "… and " in out and "more tiers (see `fluxwarden check --format text`)" in out  # 501 tiers do not fit: cut, and said
+    assert out.rstrip().endswith("</details>")

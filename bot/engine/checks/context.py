@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
@@ -36,7 +36,9 @@ class CheckContext:
 
     @cached_property
     def cold_start(self) -> ColdStart:
-        return self.simulation.result()
+        """The simulated cold start; a tier whose build failed is not listed as Ready (its objects are unknown)."""
+        failed = tuple(sorted(t for t, rendered in self.render.tiers.items() if rendered.failed))
+        return replace(self.simulation.result(), unrendered=failed)
 
     def tier_location(self, tier: TierId) -> SourceLocation | None:
         """Where the Flux Kustomization `tier` is written."""

@@ -315,7 +315,7 @@ def _judge_runtime(ctx, tier, gk, what, need, rely, runtime: list[Provider], fin
     owners = name_list(str(p.tier) for p in runtime)
     p = runtime[0]
     if all(q.kind == ProviderKind.CHART for q in runtime):
-        # README: a chart's CRD in a non-dependency tier is crd-not-ordered (second-order is for operators' CRs).
+        # docs/reference.md: a chart's CRD in a non-dependency tier is crd-not-ordered (second-order is for operators' CRs).
         yield finding(
             "crd-not-ordered",
             Severity.ERROR,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Callable, Collection, Iterator, Sequence
 
 from bot.engine.checks.context import CheckContext, check, name_list
 from bot.engine.errors import TierOrderError
@@ -24,6 +24,65 @@ def dependency_cycle(ctx: CheckContext) -> Iterator[Finding]:
             kustomization=cycle.path[0],
             location=ctx.tier_location(cycle.path[0]),
         )
+
+
+def anchor_cycles(
+    findings: Sequence[Finding], graph: TierGraph, changed: Collection[str], read_text: Callable[[str], str | None],
+    base: TierGraph | None = None,
+) -> list[Finding]:
+    """A review's dependency-cycle findings anchored on the `dependsOn` entry in a file the change edits.
+
+    The finding keeps its tier and message (a cycle on both sides still pairs with the base's): only its
+    location moves, to the edge whose dependent is written in a changed file (one the base lacks first),
+    at that entry's line.
+    """
+    out = []
+    for finding in findings:
+        if finding.check == "dependency-cycle":
+            finding = _anchored(finding, graph, changed, read_text, base)
+        out.append(finding)
+    return out
+
+
+def _anchored(
+    finding: Finding, graph: TierGraph, changed: Collection[str], read_text: Callable[[str], str | None], base: TierGraph | None
+) -> Finding:
+    cycle = next((c for c in graph.cycles if c.path and c.path[0] == finding.kustomization and str(c) in finding.message), None)
+    if cycle is None:
+        return finding
+    edges = list(zip(cycle.path, cycle.path[1:]))
+    if base is not None:  # the edges this change added first
+        edges.sort(key=lambda e: e[1] in base.deps.get(e[0], frozenset()))
+    for dependent, dependency in edges:
+        spec = graph.specs.get(dependent)
+        if spec is None or spec.origin is None or spec.origin.file not in changed:
+            continue
+        line = dependency_line(read_text(spec.origin.file) or "", spec.origin.line or 1, dependency.name)
+        return replace(finding, location=SourceLocation(spec.origin.file, line or spec.origin.line))
+    return finding
+
+
+def dependency_line(text: str, start: int, name: str) -> int | None:
+    """The 1-based line of `name: <name>` in the first `dependsOn:` list at or after line `start` (None: not found)."""
+    lines = text.splitlines()
+    inside, indent = False, 0
+    for number in range(max(start, 1), len(lines) + 1):
+        line = lines[number - 1]
+        stripped = line.strip()
+        if number > start and stripped == "---":
+            return None
+        if not inside:
+            if stripped.startswith("dependsOn:"):
+                inside, indent = True, len(line) - len(stripped)
+                if name in stripped:  # a flow list: `dependsOn: [{name: x}]`
+                    return number
+            continue
+        if stripped and not stripped.startswith("-") and len(line) - len(stripped) <= indent:
+            return None
+        words = stripped.lstrip("- ").replace('"', "").replace("'", "")
+        if words.startswith("name:") and words[5:].strip() == name:
+            return number
+    return None
 
 
 @check("missing-dependency")
