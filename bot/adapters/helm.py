@@ -25,10 +25,10 @@ from bot.engine.chartrender import (
     failure,
     is_manifest,
     mentions_unseeded,
-    merge_maps,
     stabilise_text,
 )
 from bot.engine.errors import InfraError
+from bot.engine.helmvalues import merge_maps
 
 if TYPE_CHECKING:
     from helm_python import Chart

@@ -103,17 +103,6 @@ def mentions_unseeded(sources: Iterable[str]) -> bool:
     return any(_UNSEEDED.search(text) for text in sources)
 
 
-def merge_maps(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` deep-merged over `base`: maps merge key by key, anything else replaces (fluxcd/pkg runtime/transform MergeMaps)."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_maps(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def is_manifest(path: str, text: str) -> bool:
     """Whether a rendered template becomes manifests: helm skips partials, empty output and NOTES.txt.
 

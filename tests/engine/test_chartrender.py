@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.engine.helmvalues import merge_maps
 from bot.engine.chartrender import (
     GENERATED,
     MAX_MESSAGE,
@@ -11,7 +12,6 @@ from bot.engine.chartrender import (
     drop_test_hooks,
     is_manifest,
     mentions_unseeded,
-    merge_maps,
     postable,
     stabilise,
     stabilise_text,
