@@ -236,7 +236,6 @@ class Soak:
     notes: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     git: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="soak-git"))
-    _comment_id: int = 9_000_000
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -338,8 +337,8 @@ class Soak:
                         self.fake.pull(REPO, number).head_sha = head
                 task = self.deliver("pull_request", pr_payload(number, head, self.origin.main, action))
             else:
-                self._comment_id += 1
-                task = self.deliver("issue_comment", comment_payload(number, self._comment_id, f"/precheck {CLUSTER}"))
+                comment = self.fake.add_comment(REPO, number, f"/precheck {CLUSTER}", user="bob")  # as GitHub has it before it delivers
+                task = self.deliver("issue_comment", comment_payload(number, comment.id, comment.body))
             asyncio.get_running_loop().create_task(task)
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -579,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fluxwarden-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: the soak's `finally` stops its serve process
     try:
         state = asyncio.run(soak(work, args.minutes, args.rate, args.seed, args.csv))
     finally:
