@@ -469,12 +469,13 @@ async def _free_port() -> int:
     return port
 
 
-async def soak(work: Path, minutes: float, rate: float, seed: int, csv_path: Path) -> Soak:
+async def soak(work: Path, minutes: float, rate: float, seed: int, csv_path: Path, quota: int) -> Soak:
     origin = Origin(work)
     outside = work / "outside"
     outside.mkdir()
     (outside / "secret.yaml").write_text(dump(obj("v1", "ConfigMap", "stolen", "default", data={"token": CANARY})))
     fake = make_fake(origin)
+    fake.rate_limit = quota  # GitHub gives a token 5,000 requests an hour (an App installation up to 12,500)
     with fake.start_in_thread():
         port = await _free_port()
         config, env = service_files(work, origin, fake, port)
@@ -496,6 +497,10 @@ async def soak(work: Path, minutes: float, rate: float, seed: int, csv_path: Pat
             done.set()
             await sampler
         state.figures["canary_leaked"] = CANARY in fake_traffic(fake)
+        with fake.lock:
+            state.figures["github_requests"] = len(fake.requests)
+            state.figures["github_rate_limited"] = sum(1 for r in fake.requests if r.status in (403, 429))
+        state.figures["quota"] = quota
         state.figures["statuses"] = state.final_statuses()
         head = state.figures.get("retarget_head")
         if head:
@@ -557,6 +562,11 @@ def summary(state: Soak) -> tuple[list[tuple[str, str]], list[str]]:
         rows.append((f"hostile PR {number} ({kind})", f"{final}: {description}"))
         if final not in ("failure", "error"):
             problems.append(f"hostile PR {number} ({kind}) ended {final}")
+    requests, limited = state.figures.get("github_requests", 0), state.figures.get("github_rate_limited", 0)
+    hours = max(state.rss[-1]["seconds"], 1) / 3600 if state.rss else state.minutes / 60
+    rows.append(("GitHub API requests (per hour) / refused 403-429", f"{requests} ({requests / hours:,.0f}/h, quota {state.figures.get('quota', 0):,}/h) / {limited}"))
+    if limited:
+        problems.append(f"{limited} GitHub requests refused (the {state.figures.get('quota', 0):,}/h quota ran out)")
     rows.append(("canary bytes written to GitHub", "yes" if state.figures.get("canary_leaked") else "0"))
     if state.figures.get("canary_leaked"):
         problems.append("the symlinked canary reached GitHub")
@@ -569,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="deliveries per second (at most 5)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--csv", type=Path, default=Path(tempfile.gettempdir()) / "fluxwarden-soak-rss.csv", help="where the RSS samples go, one row a second")
+    parser.add_argument("--github-quota", type=int, default=5000, help="the fake GitHub's requests per hour per token (GitHub's own: 5,000)")
     parser.add_argument("--keep", type=Path, default=None, help="work in DIR and leave it there (serve logs, origin, cache)")
     args = parser.parse_args(argv)
     if not 0 < args.rate <= 5:
@@ -580,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: the soak's `finally` stops its serve process
     try:
-        state = asyncio.run(soak(work, args.minutes, args.rate, args.seed, args.csv))
+        state = asyncio.run(soak(work, args.minutes, args.rate, args.seed, args.csv, args.github_quota))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
