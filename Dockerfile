@@ -46,7 +46,10 @@ RUN apt-get update \
  && mkdir -p /var/cache/fluxwarden \
  && chown 10001:10001 /var/cache/fluxwarden
 COPY --from=build /opt/fluxwarden /opt/fluxwarden
+# PYTHONMALLOC=malloc: objects on glibc's heap, not in pymalloc's 1 MiB arenas, which one surviving object keeps
+# resident whole; after a run malloc_trim hands the freed pages back (bot/pipeline/session.py, issue 23).
 ENV PATH=/opt/fluxwarden/bin:/usr/local/bin:/usr/bin:/bin \
+    PYTHONMALLOC=malloc \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \

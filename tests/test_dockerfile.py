@@ -201,6 +201,7 @@ def test_read_only_root_filesystem_friendly(steps: list[Instruction]) -> None:
     env = " ".join(s.args for s in runtime if s.keyword == "ENV")
     assert "FLUXWARDEN_CACHE_DIR=/var/cache/fluxwarden" in env
     assert "PYTHONDONTWRITEBYTECODE=1" in env, "no __pycache__ writes into the read-only venv"
+    assert "PYTHONMALLOC=malloc" in env, "a long-lived replica gives a run's heap back (issue 23)"
     assert re.search(r"HOME=(/tmp|/var/cache/fluxwarden)\b", env)
     assert "compileall" in " ".join(s.args for s in steps if s.keyword == "RUN"), "bytecode is compiled at build time"
 

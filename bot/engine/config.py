@@ -401,6 +401,11 @@ _MAX_SCANNED_FILES = 50_000
 _GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
 
 
+def clear_discoveries() -> None:
+    """Forget every snapshot's cluster discovery (the end of the last open run)."""
+    _DISCOVERIES.clear()
+
+
 def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     """What `known_clusters` finds, read once per snapshot."""
     key = (snapshot.identity, config.sources)

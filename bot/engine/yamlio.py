@@ -213,6 +213,11 @@ def _go_float32_text(value: float) -> str:
 _RESOLVE_CACHE_LIMIT = 200_000
 
 
+def clear_resolve_cache() -> None:
+    """Forget the memoised scalar tags (the end of the last open run: a long-lived process keeps no run's strings)."""
+    FastSafeLoader._resolved = {}
+
+
 class FastSafeLoader(yaml.CSafeLoader):
     """CSafeLoader reading YAML the way Flux does (go-yaml v2, see above), with a faster constructor.
 

@@ -358,6 +358,11 @@ _HEADS_BY_CONTENT: dict[str, list] = {}  # blob id → document heads: both side
 _HEADS_LIMIT = 20_000
 
 
+def clear_document_heads() -> None:
+    """Forget the document heads by content (the end of the last open run)."""
+    _HEADS_BY_CONTENT.clear()
+
+
 def document_heads(snapshot: Snapshot, rel: str) -> list:
     """The document heads (kind, name, line) of a repo file, parsed once per content."""
     digest = snapshot.file_digest(rel)
