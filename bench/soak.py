@@ -450,6 +450,7 @@ def service_files(work: Path, origin: Origin, fake: FakeGitHub, port: int) -> tu
         "PATH": os.environ.get("PATH", os.defpath),
         "HOME": str(work),
         "LANG": "C.UTF-8",
+        "PYTHONMALLOC": "malloc",  # as the image runs it (Dockerfile): memory a run freed goes back to the OS
         "TMPDIR": str(work / "tmp"),
         "FLUXWARDEN_WEBHOOK_SECRET_FILE": str(work / "webhook-secret"),
         "FLUXWARDEN_GITHUB_TOKEN_FILE": str(work / "github-token"),
