@@ -42,7 +42,7 @@ import yaml
 
 # The test fakes and the hardening harness: the soak drives the real service the way that suite does.
 from tests.fakes.github import FakeGitHub
-from tests.fluxrepo import dump, ks, obj
+from tests.fluxrepo import dump, obj
 from tests.hardening.harness import (
     BOT_TOKEN,
     CLUSTER,
@@ -50,6 +50,7 @@ from tests.hardening.harness import (
     SECRET,
     Origin,
     comment_payload,
+    evil_branch,
     fake_traffic,
     load_payload,
     make_fake,
@@ -378,24 +379,7 @@ class Soak:
         await self.deliver("pull_request", edited)
 
     def _evil_branch(self) -> tuple[str, str, Any]:
-        origin = self.origin
-        origin.repo.git.checkout("-B", "evil", origin.main)
-        (origin.work / ".fluxwarden.yaml").write_text("clusters:\n  prod: {path: clusters/dev}\n", encoding="utf-8")
-        for rel, text in {
-            "clusters/dev/kustomization.yaml": _kustomization("apps.yaml"),
-            "clusters/dev/apps.yaml": dump(ks("apps", "./apps")),
-            "clusters/prod/kustomization.yaml": _kustomization("apps.yaml", "a.yaml", "b.yaml"),
-            "clusters/prod/a.yaml": dump(ks("a", "./apps", depends_on=["b"])),
-            "clusters/prod/b.yaml": dump(ks("b", "./apps", depends_on=["a"])),
-        }.items():
-            (origin.work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (origin.work / rel).write_text(text, encoding="utf-8")
-        evil = origin.commit("evil: prod is clusters/dev")
-        origin.publish(evil, "refs/heads/evil")
-        (origin.work / "README").write_text("harmless\n", encoding="utf-8")
-        head = origin.commit("a harmless change on top of evil")
-        origin.publish(head, f"refs/pull/{RETARGET_PR}/head")
-        origin.repo.git.checkout("main")
+        evil, head = evil_branch(self.origin, RETARGET_PR)
         self.fake.repos[REPO.lower()].next_number = RETARGET_PR
         pull = self.fake.add_pull(REPO, head_sha=head, base_ref="evil", base_sha=evil, head_ref="pr-evil", author="alice")
         return evil, head, pull

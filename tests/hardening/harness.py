@@ -125,6 +125,32 @@ class Origin(BaseOrigin):
         return shas
 
 
+def evil_branch(origin: "Origin", number: int) -> tuple[str, str]:
+    """The retarget attack's branches: `evil` (branched from main) repoints prod at a clean directory in its
+    `.fluxwarden.yaml` and puts a dependency cycle where main's prod is; PR `number`'s head is a harmless commit
+    on top of it (published as refs/pull/N/head). Returns (evil's SHA, the head's SHA); main is checked out after."""
+    from tests.fluxrepo import kustomization
+
+    origin.repo.git.checkout("-B", "evil", origin.main)
+    (origin.work / ".fluxwarden.yaml").write_text("clusters:\n  prod: {path: clusters/dev}\n", encoding="utf-8")
+    for rel, text in {
+        "clusters/dev/kustomization.yaml": kustomization("apps.yaml"),
+        "clusters/dev/apps.yaml": dump(ks("apps", "./apps")),
+        "clusters/prod/kustomization.yaml": kustomization("apps.yaml", "a.yaml", "b.yaml"),
+        "clusters/prod/a.yaml": dump(ks("a", "./apps", depends_on=["b"])),
+        "clusters/prod/b.yaml": dump(ks("b", "./apps", depends_on=["a"])),
+    }.items():
+        _mkdirs((origin.work / rel).parent)
+        (origin.work / rel).write_text(text, encoding="utf-8")
+    evil = origin.commit("evil: prod is clusters/dev")
+    origin.publish(evil, "refs/heads/evil")
+    (origin.work / "README").write_text("harmless\n", encoding="utf-8")
+    head = origin.commit("a harmless change on top of evil")
+    origin.publish(head, f"refs/pull/{number}/head")
+    origin.repo.git.checkout("main")
+    return evil, head
+
+
 def _mkdirs(path: Path) -> None:
     """`mkdir -p`, one level at a time (pathlib and os.makedirs recurse: a 1,000-deep tree overflows them)."""
     missing = []

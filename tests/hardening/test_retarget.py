@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.fluxrepo import dump, ks, kustomization
-from tests.hardening.harness import REPO, Origin, pr_payload, wait_for
+from tests.fluxrepo import dump
+from tests.hardening.harness import REPO, Origin, evil_branch, pr_payload, wait_for
 
 
 def _retarget_payload(number: int, head: str, old_base: str, old_sha: str, new_sha: str) -> dict:
@@ -19,23 +19,7 @@ def _retarget_payload(number: int, head: str, old_base: str, old_sha: str, new_s
 async def test_retargeting_a_green_pr_to_main_never_leaves_prod_green(start, origin: Origin, fake) -> None:
     # The attack. A branch `evil` (write access) repoints prod at a clean directory and puts a dependency
     # cycle where main's prod really is; a PR against `evil` is judged under evil's `.fluxwarden.yaml`: green.
-    origin.repo.git.checkout("-B", "evil", origin.main)
-    (origin.work / ".fluxwarden.yaml").write_text("clusters:\n  prod: {path: clusters/dev}\n", encoding="utf-8")
-    for rel, text in {
-        "clusters/dev/kustomization.yaml": kustomization("apps.yaml"),
-        "clusters/dev/apps.yaml": dump(ks("apps", "./apps")),
-        "clusters/prod/kustomization.yaml": kustomization("apps.yaml", "a.yaml", "b.yaml"),
-        "clusters/prod/a.yaml": dump(ks("a", "./apps", depends_on=["b"])),
-        "clusters/prod/b.yaml": dump(ks("b", "./apps", depends_on=["a"])),
-    }.items():
-        (origin.work / rel).parent.mkdir(parents=True, exist_ok=True)
-        (origin.work / rel).write_text(text, encoding="utf-8")
-    evil = origin.commit("evil: prod is clusters/dev")
-    origin.publish(evil, "refs/heads/evil")
-    (origin.work / "README").write_text("harmless\n", encoding="utf-8")
-    head = origin.commit("a harmless change on top of evil")
-    origin.publish(head, "refs/pull/1/head")
-    origin.repo.git.checkout("main")
+    evil, head = evil_branch(origin, 1)
     pull = fake.add_pull(REPO, head_sha=head, base_ref="evil", base_sha=evil, head_ref="pr-1", author="alice")
     opened = pr_payload(pull.number, head, evil)
     opened["pull_request"]["base"]["ref"] = "evil"
