@@ -417,10 +417,20 @@ def tree_rss(pid: int) -> tuple[int, int, int]:
     total = pss = count = 0
     stack = [pid]
     page = os.sysconf("SC_PAGE_SIZE")
+    parent_cmdline: dict[int, bytes] = {}
     while stack:
         current = stack.pop()
-        stack.extend(children.get(current, ()))
+        kids = children.get(current, ())
+        stack.extend(kids)
         try:
+            with open(f"/proc/{current}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            for kid in kids:
+                parent_cmdline[kid] = cmdline
+            # A child caught between fork (or vfork) and exec still runs its parent's program and maps its
+            # parent's memory (with vfork the very same pages): counting it would count the parent twice.
+            if parent_cmdline.get(current) == cmdline and current != pid:
+                continue
             with open(f"/proc/{current}/statm", "rb") as statm:
                 total += int(statm.read().split()[1]) * page
                 count += 1
