@@ -28,15 +28,8 @@ def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
     releases = ctx.render.releases
     if not releases:
         return
-    appliers: dict[tuple, list[str]] = {}
-    for tier_id, tier_facts in ctx.facts.items():
-        tier = ctx.render.tiers.get(tier_id)
-        if tier is None or not tier.rendered or tier.spec.kube_config:
-            continue
-        for stubs in tier_facts.kinds.values():
-            for stub in stubs:
-                if stub.ref not in tier_facts.not_applied_over:
-                    appliers.setdefault(stub.ref.identity, []).append(f"Kustomization {tier_id}")
+    appliers: dict[tuple, list[str]] = {}  # identity → who applies it: releases first, then (only those) tiers
+    resolved: dict[GroupKind, bool] = {}  # kind → whether anybody serves it
     for ref, release in sorted(releases.items()):
         if not release.rendered:
             continue
@@ -53,8 +46,11 @@ def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
                     kustomization=release.tier, object=ref, location=release.location,
                 )
             gk = obj.group_kind
-            if gk not in own and gk != CRD and not gk.group.endswith(_FLUX_GROUP_SUFFIX) and not ctx.providers.resolve(gk):
-                unknown.setdefault(gk, []).append(obj)
+            if gk not in own and gk != CRD and not gk.group.endswith(_FLUX_GROUP_SUFFIX):
+                if gk not in resolved:
+                    resolved[gk] = bool(ctx.providers.resolve(gk))
+                if not resolved[gk]:
+                    unknown.setdefault(gk, []).append(obj)
             appliers.setdefault(obj.identity, []).append(f"HelmRelease {ref.namespace}/{ref.name}")
         for gk, objs in sorted(unknown.items()):
             names = ", ".join(o.name for o in objs[:3]) + (f" and {len(objs) - 3} more" if len(objs) > 3 else "")
@@ -64,6 +60,16 @@ def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
                 "no chart and no known operator provides that kind: helm-controller's install fails until something installs its CRD",
                 kustomization=release.tier, object=ref, location=release.location,
             )
+    # Only the identities a chart renders are looked up among the tiers' objects (a cluster has tens of thousands).
+    for tier_id, tier_facts in ctx.facts.items():
+        tier = ctx.render.tiers.get(tier_id)
+        if tier is None or not tier.rendered or tier.spec.kube_config:
+            continue
+        for stubs in tier_facts.kinds.values():
+            for stub in stubs:
+                who = appliers.get(stub.ref.identity)
+                if who is not None and stub.ref not in tier_facts.not_applied_over:
+                    who.append(f"Kustomization {tier_id}")
     yield from _duplicates(ctx, appliers)
 
 
