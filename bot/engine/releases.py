@@ -8,12 +8,12 @@ really installs (bot/engine/providers.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Iterable
 
 from bot.engine.diff import ClusterDiff, ObjectChange, diff_clusters
 from bot.engine.helmvalues import fold_churn
-from bot.engine.model import Finding, ObjectRef, SourceRef, TierId, TierSpec
+from bot.engine.model import ObjectRef, SourceRef, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
 
 
@@ -113,15 +113,3 @@ def _change_line(change: ObjectChange) -> str:
     if change.fields:
         fields = f" ({', '.join(change.fields)})"
     return f"{change.ref} {change.kind.value}{fields}"
-
-
-@dataclass(frozen=True)
-class ReleaseIndex:
-    """The rendered releases of a render by HelmRelease, and the findings rendering them produced."""
-
-    releases: Mapping[ObjectRef, RenderedRelease] = field(default_factory=dict)
-    findings: tuple[Finding, ...] = ()
-
-    def not_rendered(self) -> int:
-        """HelmReleases whose chart could not be had (the verdict line counts them)."""
-        return sum(1 for r in self.releases.values() if r.outcome is Outcome.NOT_RENDERED)
