@@ -151,7 +151,7 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
     metrics = new_metrics()
     adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
     git = Mirrors(config.cache_dir / "mirrors", credentials=adapter.installation_token)
-    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts)
+    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts, release_memory=True)
     cache_dir = config.cache_dir / "builds"
     queue = RunQueue(config.limits.workers, config.limits.queue)
     identity = (config.leader_election.identity or replica_identity()) if config.leader_election.enabled else None

@@ -63,7 +63,7 @@ from bot.pipeline.check import CheckOptions, check_repository, tune_gc
 tune_gc()  # as `fluxwarden serve` runs
 gc.collect(); release_free_memory()
 idle = rss_of(os.getpid())
-report = check_repository(Path(sys.argv[1]), "dev", CheckOptions(jobs=2))
+report = check_repository(Path(sys.argv[1]), "dev", CheckOptions(jobs=2, release_memory=True))  # as the service runs
 del report
 after = rss_of(os.getpid())
 caches = [len(memo._HEADS_BY_CONTENT), len(config._DISCOVERIES), len(yamlio.FastSafeLoader._resolved)]
