@@ -67,12 +67,7 @@ def load_service_config(path: Path | None, env: Mapping[str, str] | None = None)
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
     if path is not None:
-        try:
-            doc = load_one(path.read_text(encoding="utf-8"), str(path)) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-        except InputError as exc:
-            raise ConfigError(str(exc)) from None
+        doc = _read_yaml(path)
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} must be a mapping")
     known = {"webhook", "github", "repos", "limits", "listen", "cache_dir", "public_url", "git"}
@@ -147,12 +142,7 @@ def chart_options(settings: ChartSettings, env: Mapping[str, str]) -> ChartOptio
 
 def read_chart_credentials(path: Path, env: Mapping[str, str]) -> dict[str, Credential]:
     """`--chart-credentials-file FILE`: a YAML `credentials:` list as in the service settings' `charts:`, its secrets read now."""
-    try:
-        doc = load_one(path.read_text(encoding="utf-8"), str(path)) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except InputError as exc:
-        raise ConfigError(str(exc)) from None
+    doc = _read_yaml(path)
     if not isinstance(doc, dict) or set(doc) - {"credentials"}:
         raise ConfigError(f"{path} must be a mapping with one key, `credentials` (a list as in the service settings' charts.credentials)")
     specs = parse_chart_settings({"credentials": doc.get("credentials")}).credentials
@@ -196,3 +186,12 @@ def _check_schedule(policy: DriftPolicy, where: str) -> None:
     except ScheduleError as exc:
         raise ConfigError(f"{where}: drift: {exc}") from None
 
+
+def _read_yaml(path: Path) -> Any:
+    """One YAML document of a settings file; an unreadable or malformed file is a ConfigError naming it."""
+    try:
+        return load_one(path.read_text(encoding="utf-8"), str(path)) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None

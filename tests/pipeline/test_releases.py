@@ -131,14 +131,19 @@ def _commit(repo: Path) -> tuple[Any, str]:
     return git, git.head.commit.hexsha
 
 
-def test_a_chart_bump_reviews_the_objects_it_changes(tmp_path: Path) -> None:
+def _chart_bump_review(tmp_path: Path) -> tuple[Any, str, str]:
+    """The review of a PR bumping the webapp chart 1.0.0 → 1.1.0 (image tag and port), with its base and head SHAs."""
     repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
     git, base = _commit(repo)
     chart = repo / "charts/webapp"
     (chart / "Chart.yaml").write_text((chart / "Chart.yaml").read_text().replace("1.0.0", "1.1.0"))
     (chart / "values.yaml").write_text("replicas: 1\ntag: '1.27'\nport: 8080\n")
     head = commit_all(git, "bump webapp to 1.1.0")
-    review = review_repository(repo, "dev", base, head, CheckOptions())
+    return review_repository(repo, "dev", base, head, CheckOptions()), base, head
+
+
+def test_a_chart_bump_reviews_the_objects_it_changes(tmp_path: Path) -> None:
+    review, base, head = _chart_bump_review(tmp_path)
     [release] = review.releases.releases
     assert release.summary() == "HelmRelease default/web · chart webapp 1.0.0 → 1.1.0: Deployment/default/web changed (image, containerPort)"
     [change] = release.changes
@@ -228,13 +233,7 @@ def test_the_comment_of_a_chart_bump(tmp_path: Path) -> None:
     from bot.engine.review_report import format_review_markdown
     from tests.golden import assert_golden
 
-    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
-    git, base = _commit(repo)
-    chart = repo / "charts/webapp"
-    (chart / "Chart.yaml").write_text((chart / "Chart.yaml").read_text().replace("1.0.0", "1.1.0"))
-    (chart / "values.yaml").write_text("replicas: 1\ntag: '1.27'\nport: 8080\n")
-    head = commit_all(git, "bump webapp to 1.1.0")
-    review = review_repository(repo, "dev", base, head, CheckOptions())
+    review, base, head = _chart_bump_review(tmp_path)
     [comment] = format_review_markdown(review, marker="fluxwarden:precheck:dev")
     text = comment.replace(base[:12], "BASE").replace(head[:12], "HEAD")
     assert "HelmRelease default/web · chart webapp 1.0.0 → 1.1.0: Deployment/default/web changed (image, containerPort)" in text
