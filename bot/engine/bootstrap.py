@@ -91,10 +91,10 @@ _HELMFILE_NAME = re.compile(r"^helmfile[^/]*\.(ya?ml|gotmpl)$")
 _HELMFILE_DIRS = ("helmfile.d", "helmfile")
 _YAML_SUFFIXES = (".yaml", ".yml", ".gotmpl")
 _K3S = re.compile(r"(^|[-_.])(k3s|rke2)([-_.]|$)")  # RKE2 embeds the same helm-controller
-# machine.features.kubernetesTalosAPIAccess.enabled (or the KubernetesTalosAPIAccessConfig document of Talos
-# 1.12+ multi-document configs): Talos registers serviceaccounts.talos.dev itself
-# (https://www.talos.dev/latest/advanced/talos-api-access-from-k8s/).
-_TALOS_API_ACCESS = re.compile(r"kubernetesTalosAPIAccess:(?:[ \t]*\n[ \t]+\S[^\n]*)*?\n[ \t]+enabled:[ \t]*true\b|kind:[ \t]*KubernetesTalosAPIAccessConfig\b")
+# machine.features.kubernetesTalosAPIAccess.enabled (or the KubeTalosAPIAccessConfig document of Talos
+# 1.12+ multi-document configs, https://docs.siderolabs.com/talos/v1.14/reference/configuration/kubernetes/kubetalosapiaccessconfig):
+# Talos registers serviceaccounts.talos.dev itself (https://www.talos.dev/latest/advanced/talos-api-access-from-k8s/).
+_TALOS_API_ACCESS = re.compile(r"kubernetesTalosAPIAccess:(?:[ \t]*\n[ \t]+\S[^\n]*)*?\n[ \t]+enabled:[ \t]*true\b|kind:[ \t]*KubeTalosAPIAccessConfig\b")
 TALOS_SERVICE_ACCOUNT = ("talos.dev", "ServiceAccount")
 K3S_CRDS = frozenset({("helm.cattle.io", "HelmChart"), ("helm.cattle.io", "HelmChartConfig")})
 _MAX_WALKED = 50_000  # repository paths looked at (names only; a few files are read)
@@ -640,7 +640,8 @@ def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[
         found.add("crds", k3s, f"k3s/RKE2 (seen in {k3s}): its built-in helm.cattle.io HelmChart and HelmChartConfig APIs exist")
     api_access = None
     for path in paths:
-        if not path.endswith((".yaml", ".yml", ".gotmpl")) or not ("talos" in path.lower() or posixpath.basename(path).startswith("talconfig")):
+        # `.j2`: a Talos config rendered by a template tool (minijinja in onedr0p/home-ops' talos/*.yaml.j2)
+        if not path.endswith((".yaml", ".yml", ".gotmpl", ".j2")) or not ("talos" in path.lower() or posixpath.basename(path).startswith("talconfig")):
             continue
         text = snapshot.read_text(path) or ""
         if api_access is None and _TALOS_API_ACCESS.search(text):

@@ -605,6 +605,37 @@ machine:
     assert ("talos.dev", "ServiceAccount") not in discover(disabled).crds
 
 
+def test_talos_api_access_document_in_a_jinja_template(tmp_path: Path) -> None:
+    """onedr0p/home-ops and buroa/k8s-gitops: Talos 1.12+'s multi-document config, rendered from
+    `talos/controlplane.yaml.j2`, holds a `KubeTalosAPIAccessConfig` document: the talos.dev ServiceAccount
+    is Talos's, not assumed from an unrelated dependency's chart."""
+    config = """---
+version: v1alpha1
+machine:
+  type: controlplane
+  token: {{ ENV.TALOS_TOKEN }}
+---
+apiVersion: v1alpha1
+kind: KubeTalosAPIAccessConfig
+allowedRoles:
+  - os:admin
+allowedKubernetesNamespaces:
+  - system-upgrade
+"""
+    root = repo(tmp_path, {
+        "talos/controlplane.yaml.j2": config,
+        "apps/sa.yaml": dump(obj("talos.dev/v1alpha1", "ServiceAccount", "tuppr", "system-upgrade", spec={"roles": ["os:admin"]})),
+    })
+    found = discover(root)
+    assert ("talos.dev", "ServiceAccount") in found.crds
+    assert any("enabled in talos/controlplane.yaml.j2" in d for d in descriptions(found))
+    report = check_repository(root, "dev")
+    assert not [f for f in report.findings if f.check == "unknown-kind" and f.severity != Severity.INFO]
+    assert any(f.check == "bootstrap" and "Talos API access from Kubernetes (enabled in talos/controlplane.yaml.j2)" in f.message for f in report.findings)
+    other_kind = repo(tmp_path / "other", {"talos/controlplane.yaml.j2": config.replace("KubeTalosAPIAccessConfig", "KubeletConfig")})
+    assert ("talos.dev", "ServiceAccount") not in discover(other_kind).crds
+
+
 # -- the bootstrap as the repository describes it (issue 22, part 2) ---------------------------------
 
 
