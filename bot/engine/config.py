@@ -7,7 +7,7 @@ import hashlib
 import json
 import posixpath
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from bot.engine.errors import ConfigError, InputError
@@ -112,6 +112,20 @@ class RepoConfig:
 def snapshot_config(snapshot: RepoTree) -> RepoConfig:
     """The configuration a snapshot carries (its `.fluxwarden.yaml`, read whatever `.sourceignore` says)."""
     return load_repo_config(snapshot.read_config())
+
+
+def with_artifact_sources(config: RepoConfig, snapshot: RepoTree) -> RepoConfig:
+    """`config` plus the OCIRepositories the repository shows to be artifacts of one of its subdirectories.
+
+    Only when the configuration names neither clusters nor a source (it is the discovery's inference; a
+    declared `source:`/`sources:` is the user's word).
+    """
+    if config.clusters or config.source_paths or config.sources != RepoConfig.sources:
+        return config
+    inferred = _discovery(config, snapshot).artifact_sources
+    if not inferred:
+        return config
+    return replace(config, sources=(*config.sources, *(ref for ref, _ in inferred)), source_paths=inferred)
 
 
 
@@ -386,14 +400,17 @@ class _Discovery:
     clusters: Mapping[str, str]  # name -> entry path
     spokes: Mapping[str, str]  # clusters/<x> -> what applies it
     how: Mapping[str, str] = field(default_factory=dict)  # entry path -> how it was found
+    # OCIRepositories inferred to be artifacts of a subdirectory of this repository (see `_artifact_sources`)
+    artifact_sources: tuple[tuple[SourceRef, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class _FoundKustomization:
     file: str
     name: str
-    path: str
+    path: str  # repository path (under the source's subdirectory for an artifact of one)
     kube_config: str | None
+    source: SourceRef | None = None
 
 
 _DISCOVERIES: dict[tuple, _Discovery] = {}
@@ -418,7 +435,13 @@ def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
 
 
 def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
-    kustomizations, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
+    scanned, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
+    inferred = () if config.source_paths or config.sources != RepoConfig.sources else _artifact_sources(scanned, snapshot)
+    if inferred:
+        config = replace(config, sources=(*config.sources, *(ref for ref, _ in inferred)), source_paths=inferred)
+    kustomizations = [
+        replace(k, path=config.repo_path(k.source, k.path)) for k in scanned if k.source is not None and config.is_this_repo(k.source)
+    ]
     dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
     included: set[str] = set()
     for name in dirs:
@@ -440,7 +463,9 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
         k.path for k in kustomizations
         if not any(o.file != k.file and _within(k.file, o.path) for o in kustomizations) and _applies_itself(k, snapshot)
     ]
-    found = [*sync_paths, *roots, *bootstrap_dirs]
+    artifacts = config.source_paths  # inferred, or declared (`source: {kind: OCIRepository, name: N, path: SUBDIR}`)
+    artifact_roots = _artifact_roots(kustomizations, {ref for ref, _ in artifacts})
+    found = [*sync_paths, *roots, *artifact_roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
     how = dict.fromkeys(entries, f"a folder of {CLUSTERS_DIR}/ that no other includes or applies")
     entries += [p for p in dict.fromkeys(found) if snapshot.is_dir(p) and p not in entries]
@@ -450,6 +475,9 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     for k in kustomizations:
         if k.path in roots:
             how.setdefault(k.path, f"Kustomization {k.name} in {k.file} applies its own directory (a sync)")
+    for path in artifact_roots:
+        ref, subdir = next((ref, sub) for ref, sub in artifacts if _within(path, sub))
+        how.setdefault(path, f"its Kustomizations on OCIRepository {ref.name} (an artifact pushed from {subdir}/) are applied by none in git")
     for path in bootstrap_dirs:
         how.setdefault(path, "holds flux-system/gotk-sync.yaml (flux bootstrap's layout)")
     if not entries:
@@ -470,7 +498,44 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
         while name in names:
             name, n = f"{base}-{n}", n + 1
         names[name] = path
-    return _Discovery(names, spokes, {p: how.get(p) or "found" for p in entries})
+    return _Discovery(names, spokes, {p: how.get(p) or "found" for p in entries}, inferred)
+
+
+def _artifact_sources(scanned: list[_FoundKustomization], snapshot: RepoTree) -> tuple[tuple[SourceRef, str], ...]:
+    """OCIRepositories whose Kustomizations' paths exist only under one subdirectory of this repository.
+
+    CI pushes that subdirectory as the cluster's artifact (`flux push artifact --path=./k8s`, then
+    `flux create source oci flux-system` and `flux create kustomization --source=OCIRepository/flux-system`,
+    as devantler/homelab does): paths inside the artifact are relative to the pushed directory. Judged
+    from the repository itself, whatever CI pushes it; flux-local needs `--sources NAME=SUBDIR` for this.
+    """
+    by_source: dict[SourceRef, list[_FoundKustomization]] = {}
+    for k in scanned:
+        if k.source is not None and k.source.kind == "OCIRepository" and k.path:
+            by_source.setdefault(k.source, []).append(k)
+    out = []
+    for ref, found in sorted(by_source.items(), key=lambda item: (item[0].namespace, item[0].name)):
+        paths = {k.path for k in found}
+        if any(snapshot.is_dir(p) for p in paths):
+            continue  # a path of the repository root: not an artifact of a subdirectory (or another artifact)
+        prefixes: dict[str, None] = {}
+        for k in found:
+            parts = posixpath.dirname(k.file).split("/")
+            prefixes.update(dict.fromkeys("/".join(parts[:i]) for i in range(1, len(parts) + 1)))
+        fits = [p for p in prefixes if all(snapshot.is_dir(posixpath.join(p, path)) for path in paths)]
+        if len(fits) == 1:  # more than one: which directory CI pushes is not ours to guess
+            out.append((ref, fits[0]))
+    return tuple(out)
+
+
+def _artifact_roots(kustomizations: list[_FoundKustomization], sources: set[SourceRef]) -> list[str]:
+    """The directories holding an artifact's Kustomizations that no Kustomization in git applies: the entry
+    that `flux create kustomization` (outside git) points at."""
+    roots = []
+    for k in kustomizations:
+        if k.source in sources and not any(_within(k.file, o.path) for o in kustomizations if o is not k):
+            roots.append(posixpath.dirname(k.file))
+    return list(dict.fromkeys(roots))
 
 
 # A template's placeholders: `${CLUSTER}` (envsubst, flux-local), `<cluster-name>` (docs), `{{ .cluster }}` (Go templates).
@@ -500,7 +565,7 @@ def _within(path: str, directory: str) -> bool:
 
 
 def _scan(config: RepoConfig, snapshot: RepoTree) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
-    """Every YAML file of the repository, read for Flux Kustomizations on this repository, FluxInstance
+    """Every YAML file of the repository, read for Flux Kustomizations (on any source), FluxInstance
     sync paths and bootstrap directories (text-filtered first: only a few files are parsed)."""
     kustomizations: list[_FoundKustomization] = []
     sync_paths: list[str] = []
@@ -550,8 +615,7 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
             spec = tier_spec(manifest, None)
         except TierSpecError:
             return
-        if config.is_this_repo(spec.source):
-            kustomizations.append(_FoundKustomization(rel, str(spec.id), config.repo_path(spec.source, spec.path), spec.kube_config))
+        kustomizations.append(_FoundKustomization(rel, str(spec.id), spec.path, spec.kube_config, spec.source))
         return
     sync = operator_sync(manifest)
     if sync is None:

@@ -19,7 +19,7 @@ from bot.adapters.cache import BuildCache, cache_budget
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
-from bot.engine.config import RepoConfig, clear_discoveries, snapshot_config
+from bot.engine.config import RepoConfig, clear_discoveries, snapshot_config, with_artifact_sources
 from bot.engine.discovery import RenderLimits
 from bot.engine.yamlio import clear_resolve_cache
 from bot.pipeline.memo import RunMemo, clear_document_heads
@@ -69,7 +69,8 @@ class Session:
         gives both sides the same one, and the bot may pass the base branch's.
         """
         return cls(
-            snapshot, config if config is not None else snapshot_config(snapshot), binary, cache, options.jobs, options.timeout,
+            snapshot, with_artifact_sources(config if config is not None else snapshot_config(snapshot), snapshot), binary, cache,
+            options.jobs, options.timeout,
             memo if memo is not None else RunMemo(), charts, options.progress,
         )
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import pytest
 
 from bot.engine.config import load_repo_config
-from bot.pipeline.check import CheckOptions, check_repository, check_session
+from bot.pipeline.check import CheckOptions, check_repository, check_session, repository_clusters
 from bot.engine.generate import generated_resources
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Finding, Manifest, Severity, TierId
@@ -968,6 +968,40 @@ def test_a_cluster_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> 
         ("flux-system", "kubernetes/clusters/main", "clusters/main", 2), ("apps", "kubernetes/apps", "apps", 1),
     }
     assert [f for f in report.findings if f.severity is not Severity.INFO] == []
+
+
+def test_an_oci_artifact_of_a_subdirectory_is_discovered_without_configuration(tmp_path: Path) -> None:
+    """devantler/homelab: CI pushes ./k8s (`flux push artifact --path=./k8s`) and creates the entry outside git
+    (`flux create kustomization --source=OCIRepository/flux-system --path=clusters/homelab-prod/flux-system`).
+    No `.fluxwarden.yaml`: the Kustomizations' paths exist only under k8s/, so discovery finds both clusters
+    and renders their tiers from k8s/; a real finding (a dependency cycle) still comes out."""
+    oci = {"source": "flux-system", "source_kind": "OCIRepository"}
+    files: dict[str, str] = {"k8s/shared/apps/kustomization.yaml": kustomization("cm.yaml"), "k8s/shared/apps/cm.yaml": dump(cm("web", "default"))}
+    for cluster in ("homelab-prod", "homelab-local"):
+        files |= {
+            f"k8s/clusters/{cluster}/flux-system/kustomization.yaml": kustomization("infrastructure.yaml", "apps.yaml"),
+            f"k8s/clusters/{cluster}/flux-system/infrastructure.yaml": dump(ks("infrastructure", f"clusters/{cluster}/infrastructure", **oci)),
+            f"k8s/clusters/{cluster}/flux-system/apps.yaml": dump(ks("apps", "shared/apps", depends_on=["infrastructure"], **oci)),
+            f"k8s/clusters/{cluster}/infrastructure/kustomization.yaml": kustomization("ns.yaml"),
+            f"k8s/clusters/{cluster}/infrastructure/ns.yaml": dump(obj("v1", "Namespace", "infra")),
+        }
+    root = write_tree(tmp_path / "repo", files)
+    entries = {e.name: (e.path, e.how) for e in repository_clusters(root)}
+    assert set(entries) == {"homelab-prod", "homelab-local"}
+    assert entries["homelab-prod"][0] == "k8s/clusters/homelab-prod/flux-system"
+    assert "OCIRepository flux-system (an artifact pushed from k8s/)" in entries["homelab-prod"][1]
+    report = check_repository(root, "homelab-prod")
+    assert {(t.id.name, t.path, t.objects) for t in report.tiers} >= {
+        ("infrastructure", "k8s/clusters/homelab-prod/infrastructure", 1), ("apps", "k8s/shared/apps", 1),
+    }
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == [], [f.message for f in report.findings]
+    cyclic = write_tree(tmp_path / "cyclic", {
+        **files, "k8s/clusters/homelab-prod/flux-system/infrastructure.yaml": dump(ks("infrastructure", "clusters/homelab-prod/infrastructure", depends_on=["apps"], **oci)),
+    })
+    assert any(f.check == "dependency-cycle" and f.severity is Severity.ERROR for f in check_repository(cyclic, "homelab-prod").findings)
+    # Paths that also exist at the root are no artifact of a subdirectory: nothing inferred, as before.
+    rooted = write_tree(tmp_path / "rooted", {**files, "shared/apps/kustomization.yaml": kustomization()})
+    assert repository_clusters(rooted) == []
 
 
 def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
