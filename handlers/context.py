@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, ContextManager, Iterable, Mapping, 
 from bot.engine.errors import FluxwardenError
 from bot.engine.drift import DriftOptions, DriftReport
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.clusterobjects import ConfigFetcher
 from bot.engine.live import LiveState, ObjectFetcher
 from bot.engine.settings import GitIdentity, Limits, RepoPolicy
 from bot.engine.tierfix import TreeState
@@ -172,6 +173,10 @@ class Live(Protocol):
     async def read_state(self, repo: str, cluster: str) -> LiveState: ...
 
     def object_reader(self, repo: str, cluster: str) -> ObjectFetcher: ...
+
+    def config_reader(self, repo: str, cluster: str) -> ConfigFetcher:
+        """Reads the substituteFrom ConfigMaps/Secrets git lacks by name, synchronously (in the review's thread)."""
+        ...
 
     async def read_drift(
         self, rendered: RenderedCluster, repo: str, cluster: str, *, now: Callable[[], datetime], options: DriftOptions,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -247,10 +247,12 @@ class Precheck:
         # Review what the PR changes: from the merge base, as GitHub's "Files changed" does.
         base = self.git.merge_base(fetched.mirror, fetched.base_sha, fetched.head_sha)
         fetch_objects = None
+        options = self.options
         if live is not None and self.live is not None:
             fetch_objects = self.live.object_reader(plan.repo, cluster)  # moved objects: read in this thread, on its own loop
+            options = replace(options, live_config=self.live.config_reader(plan.repo, cluster))  # substituteFrom sources git lacks
         return review_repository(
-            fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
+            fetched.mirror, cluster, base, fetched.head_sha, options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
             config_from_base=True,  # a PR never decides what its clusters are
         )
 

@@ -29,6 +29,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
+from bot.engine.clusterobjects import ClusterObject, ConfigKey, object_data
 from bot.engine.errors import InfraError
 from bot.engine.live import LiveBody, LiveCrd, LiveKustomization, LiveObject, LiveSource, LiveState, ObjectRead
 from bot.engine.model import ObjectRef, SourceRef
@@ -452,3 +453,40 @@ class ObjectReader:
 
     def __call__(self, refs: Sequence[ObjectRef]) -> list[ObjectRead]:
         return asyncio.run(read_objects(self.access, refs))
+
+
+async def read_config_objects(access: ClusterAccess, keys: Sequence[ConfigKey], concurrency: int = 8) -> list[ClusterObject]:
+    """The named ConfigMaps and Secrets (GET by name, nothing listed): their data (a Secret's decoded), absent, or
+    why they could not be read; never raises a KubeError. Only the data leaves this call, never logged."""
+    if not keys:
+        return []
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(kube: KubeClient, key: ConfigKey) -> ClusterObject:
+        kind, namespace, name = key
+        async with gate:
+            try:
+                body = await kube.get("v1", kind, namespace, name)
+            except KubeError as exc:
+                return ClusterObject(kind, namespace, name, error=str(exc))
+        return ClusterObject(kind, namespace, name, object_data(body, live=True) if body is not None else None)
+
+    try:
+        async with KubeClient(access) as kube:
+            return list(await asyncio.gather(*(one(kube, key) for key in keys)))
+    except KubeError as exc:
+        return [ClusterObject(*key, error=str(exc)) for key in keys]
+
+
+class ConfigReader:
+    """A synchronous `ConfigFetcher` for the renderer (its thread has no loop): each object is read once per reader."""
+
+    def __init__(self, access: ClusterAccess) -> None:
+        self.access = access
+        self._read: dict[ConfigKey, ClusterObject] = {}
+
+    def __call__(self, keys: Sequence[ConfigKey]) -> list[ClusterObject]:
+        wanted = [k for k in dict.fromkeys(keys) if k not in self._read]
+        for found in asyncio.run(read_config_objects(self.access, wanted)) if wanted else ():
+            self._read[found.key] = found
+        return [self._read[k] for k in keys]

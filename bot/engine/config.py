@@ -89,6 +89,12 @@ class RepoConfig:
     source_paths: tuple[tuple[SourceRef, str], ...] = ()
     # cluster -> what it substitutes into every Kustomization (`clusters.<name>.substitute_from: [ConfigMap/ns/name]`)
     cluster_substitutes: Mapping[str, tuple[SubstituteFrom, ...]] = field(default_factory=dict)
+    # cluster -> repo files/directories of ConfigMaps and Secrets only that cluster has (`clusters.<name>.cluster_objects`)
+    cluster_objects: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # cluster -> the Flux version it runs (`clusters.<name>.flux_version`), over what the manifests say
+    flux_versions: Mapping[str, str] = field(default_factory=dict)
+    # `strict_substitution` as written; None: not set, so the cluster's Flux version decides (strict from 2.9)
+    strict_setting: bool | None = None
 
     def kube_version(self, cluster: str) -> str:
         """The Kubernetes version `cluster`'s charts see: `clusters.<name>.kube_version`, else a recent release."""
@@ -148,6 +154,7 @@ def load_repo_config(text: str | None) -> RepoConfig:
         tier_order=_tier_order(doc.get("tier_order")),
         runtime_crds=tuple(_list(doc, "runtime_crds")),
         strict_substitution=bool(doc.get("strict_substitution", False)),
+        strict_setting=None if doc.get("strict_substitution") is None else bool(doc["strict_substitution"]),
         required_tiers=_required_tiers(doc.get("clusters") or {}),
         graph_drift_ignore=_graph_drift(doc.get("graph_drift")),
         bootstrap=_bootstrap(doc.get("bootstrap")),
@@ -155,7 +162,43 @@ def load_repo_config(text: str | None) -> RepoConfig:
         chart_aliases=_chart_aliases(doc.get("charts")),
         source_paths=_source_paths(doc),
         cluster_substitutes=_cluster_substitutes(doc.get("clusters") or {}),
+        cluster_objects=_cluster_objects(doc.get("clusters") or {}),
+        flux_versions=_flux_versions(doc.get("clusters") or {}),
     )
+
+
+def _cluster_objects(raw: Any) -> dict[str, tuple[str, ...]]:
+    """`clusters: {prod: {path: ..., cluster_objects: [clusters/prod/cluster-only.yaml]}}`: ConfigMaps and Secrets
+    that only the cluster has (Terraform or an operator made them), declared so that substituteFrom finds them."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        paths = spec.get("cluster_objects") if isinstance(spec, dict) else None
+        if paths is None:
+            continue
+        if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `cluster_objects` must be a list of repository paths (files or directories)")
+        normal = []
+        for path in paths:
+            found = normalise_repo_path(path.strip())
+            if found is None:
+                raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `cluster_objects` path {path!r} climbs out of the repository")
+            normal.append(found)
+        out[str(name)] = tuple(normal)
+    return out
+
+
+def _flux_versions(raw: Any) -> dict[str, str]:
+    """`clusters: {prod: {path: ..., flux_version: "2.3"}}`: the Flux release prod runs, where rules differ by version."""
+    out = {}
+    for name, spec in raw.items() if isinstance(raw, dict) else ():
+        version = spec.get("flux_version") if isinstance(spec, dict) else None
+        if version is None:
+            continue
+        text = str(version).strip()
+        if not re.fullmatch(r"v?2\.\d{1,3}(?:\.\d{1,3})?", text):
+            raise ConfigError(f"{CONFIG_FILE}: cluster {name!r} `flux_version` must look like 2.3 or v2.3.1 (got {text!r})")
+        out[str(name)] = text.lstrip("v")
+    return out
 
 
 def _cluster_substitutes(raw: Any) -> dict[str, tuple[SubstituteFrom, ...]]:

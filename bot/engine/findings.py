@@ -262,6 +262,12 @@ CATALOGUE = Catalogue((
         "a `postBuild.substituteFrom` ConfigMap or Secret is not in git (created on the cluster, or SOPS-encrypted): its variables are not known, so tokens it may define are not judged; unless `optional`, Flux fails the build when it is missing on the cluster",
     ),
     FindingKind(
+        "substitution-source-missing",
+        Severity.ERROR,
+        "a substituteFrom ConfigMap/Secret is neither in git nor on the live cluster",
+        "(with `--live`, or the bot reading the cluster) a `postBuild.substituteFrom` ConfigMap or Secret that no build in git holds was read from the cluster and is not there; it is not `optional`, so kustomize-controller fails the build until it exists",
+    ),
+    FindingKind(
         "bootstrap",
         Severity.INFO,
         "what the cold-start judgement assumes the bootstrap installs before Flux",

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bot.engine import substitute as envsubst
+from bot.engine.clusterobjects import ClusterObject, ConfigKey
 from bot.engine.errors import InputError, LimitError, SubstitutionError
 from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, SubstituteFrom, TierSpec
 from bot.engine.rendered import (
@@ -119,9 +120,15 @@ class Variables:
     open_set: bool  # some substituteFrom source is not in git
     findings: tuple[Finding, ...]
 
+    @property
+    def masked(self) -> dict[str, str]:
+        """What substitution inserts: a Secret's value as its mask, every value without its newlines (loadVars strips them)."""
+        return {k: (SECRET_MASK.format(name=k) if k in self.secret_names else v.replace("\n", "")) for k, v in self.values.items()}
 
-def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
-    """The postBuild variables of a tier, its substituteFrom sources looked up in the cluster's builds."""
+
+def tier_variables(spec: TierSpec, objects: SourceIndex, external: Mapping[ConfigKey, ClusterObject] | None = None) -> Variables:
+    """The postBuild variables of a tier, its substituteFrom sources looked up in the cluster's builds, then
+    among the objects only the cluster has (`external`: read live, or declared in `clusters.<name>.cluster_objects`)."""
     variables: dict[str, str] = {}
     secret_names: set[str] = set()
     findings: list[Finding] = []
@@ -130,24 +137,43 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
         return Variables(variables, frozenset(), False, ())
     for source in spec.substitute_from:
         namespace = source.namespace or spec.id.namespace
-        found = objects.get((source.kind, namespace, source.name))
-        if found is None:
-            open_set = True
-            findings.append(
-                Finding(
-                    "substitution-source-external",
-                    Severity.INFO,
-                    f"substituteFrom {source.kind}/{namespace}/{source.name}"
-                    f"{' (optional)' if source.optional else ''} is not in git; its variables could not be checked"
-                    + ("" if source.optional else " and Flux fails the build if it is missing on the cluster"),
-                    kustomization=spec.id,
-                    object=ObjectRef("v1", source.kind, namespace, source.name),
-                    location=spec.origin,
+        key = (source.kind, namespace, source.name)
+        found = objects.get(key)
+        data: Mapping[str, str]
+        if found is not None:
+            documents, position = found
+            data = _config_data(documents[position].body or {})
+        else:
+            outside = (external or {}).get(key)
+            if outside is not None and outside.found:
+                data = outside.data or {}
+            elif outside is not None and outside.error is None:
+                # Read live and absent: kustomize-controller skips an optional source that is NotFound and fails
+                # the build on any other (fluxcd/pkg kustomize/kustomize_varsub.go loadVars).
+                if not source.optional:
+                    findings.append(Finding(
+                        "substitution-source-missing", Severity.ERROR,
+                        f"substituteFrom {source.kind}/{namespace}/{source.name} is neither in git nor on the cluster "
+                        f"(read from {outside.where}); Flux fails the build until it exists (or mark it `optional: true`)",
+                        kustomization=spec.id, object=ObjectRef("v1", source.kind, namespace, source.name), location=spec.origin,
+                    ))
+                continue
+            else:
+                open_set = True
+                why = f" and could not be read from the cluster ({outside.error})" if outside is not None else ""
+                findings.append(
+                    Finding(
+                        "substitution-source-external",
+                        Severity.INFO,
+                        f"substituteFrom {source.kind}/{namespace}/{source.name}"
+                        f"{' (optional)' if source.optional else ''} is not in git{why}; its variables could not be checked"
+                        + ("" if source.optional else " and Flux fails the build if it is missing on the cluster"),
+                        kustomization=spec.id,
+                        object=ObjectRef("v1", source.kind, namespace, source.name),
+                        location=spec.origin,
+                    )
                 )
-            )
-            continue
-        documents, position = found
-        data = _config_data(documents[position].body or {})
+                continue
         variables.update(data)
         if source.kind == "Secret":
             secret_names.update(data)
@@ -156,6 +182,12 @@ def tier_variables(spec: TierSpec, objects: SourceIndex) -> Variables:
     variables.update(spec.substitute)
     secret_names.difference_update(spec.substitute)
     return Variables(variables, frozenset(secret_names), open_set, tuple(findings))
+
+
+def missing_sources(spec: TierSpec, objects: SourceIndex) -> list[ConfigKey]:
+    """The substituteFrom sources of a tier that no build holds."""
+    keys = [(s.kind, s.namespace or spec.id.namespace, s.name) for s in spec.substitute_from] if spec.has_post_build else []
+    return [k for k in keys if k not in objects]
 
 
 def sources_present(spec: TierSpec, objects: SourceIndex) -> bool:
@@ -177,7 +209,8 @@ def finish_key(raw: RawTier, variables: Variables, graph_only: bool, strict: boo
         return None
     spec = raw.spec
     return hashlib.sha256(json.dumps(
-        [raw.content_key, sorted(variables.values.items()), sorted(variables.secret_names), variables.open_set, graph_only, str(spec.id),
+        # The masked values: what substitution inserts (a Secret's value never reaches the key, nor the cache's file names).
+        [raw.content_key, sorted(variables.masked.items()), sorted(variables.secret_names), variables.open_set, graph_only, str(spec.id),
          spec.has_post_build, spec.substitute_always, spec.common_metadata, spec.decryption, str(spec.origin),
          strict, raw.failed],
         sort_keys=True, default=str,
@@ -197,7 +230,7 @@ def finish_tier(
     # (fluxcd/pkg kustomize/kustomize_varsub.go: `if len(vars) > 0`).
     # `postBuild.substituteStrategy: Always` (kustomize-controller PR #1672) lifts that gate.
     substituting = spec.has_post_build and (bool(variables.values) or spec.substitute_always)
-    masked = {k: (SECRET_MASK.format(name=k) if k in variables.secret_names else v.replace("\n", "")) for k, v in variables.values.items()}
+    masked = variables.masked
     manifests: list[Manifest] = []
     undefined: dict[str, list[Manifest]] = {}
     failed = raw.failed or bool(bad_names)  # an invalid variable name fails the whole build in Flux

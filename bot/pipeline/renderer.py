@@ -25,7 +25,9 @@ from bot.engine.artifacts import Artifact, Placement, generated_artifacts, is_ar
 from bot.engine.config import CONFIG_FILE, RepoConfig
 from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry, within_artifact
 from bot.engine.facts import ObjectStub
-from bot.engine.finish import finish_key, finish_tier, sources_present, tier_variables, with_injected
+from bot.engine.clusterobjects import MAX_LIVE_SOURCES, ClusterObject, ConfigFetcher, ConfigKey, declared_objects
+from bot.engine.finish import finish_key, finish_tier, missing_sources, sources_present, tier_variables, with_injected
+from bot.engine.fluxversion import cluster_flux_version, strict_substitution
 from bot.engine.flux import entry_tier
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
@@ -89,8 +91,11 @@ class Renderer:
         limits: RenderLimits = RenderLimits(),
         charts: ChartStage | None = None,
         progress: Progress | None = None,
+        live_config: ConfigFetcher | None = None,
     ) -> None:
         self.snapshot = snapshot
+        # Reads the substituteFrom sources no build holds from the live cluster (None: not live; the declared file only).
+        self.live_config = live_config
         self.progress = progress  # bumped as tiers are scheduled and finished (None: nobody reads it)
         self.charts = charts  # the run's chart fetcher and Helm workers (bot/pipeline/releases.py); None: charts not rendered
         self.config = config
@@ -178,15 +183,20 @@ class Renderer:
                 hit = self.builds.keep(key, hit)
         return hit.for_spec(spec) if hit is not None else None
 
-    def finish(self, raw: RawTier, objects: SourceIndex, graph_only: bool = False, injected: tuple[SubstituteFrom, ...] = ()) -> tuple[RenderedTier, list[Finding]]:
-        """postBuild substitution and commonMetadata for one built tier, from the finish memo when it was done before."""
+    def finish(
+        self, raw: RawTier, objects: SourceIndex, graph_only: bool = False, injected: tuple[SubstituteFrom, ...] = (),
+        external: dict[ConfigKey, ClusterObject] | None = None, strict: bool | None = None,
+    ) -> tuple[RenderedTier, list[Finding]]:
+        """postBuild substitution and commonMetadata for one built tier, from the finish memo when it was done before.
+
+        `external`: the ConfigMaps and Secrets only the cluster has; `strict`: None, as `.fluxwarden.yaml` says."""
         spec = with_injected(raw.spec, injected)
         raw = raw if spec is raw.spec else replace(raw, spec=spec)
         if raw.failed and not raw.documents:
             return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
-        variables = tier_variables(spec, objects)
+        variables = tier_variables(spec, objects, external)
         # A graph needs a build's Flux Kustomizations only: without one there is nothing to finish, or to cache.
-        strict = self.config.strict_substitution
+        strict = self.config.strict_substitution if strict is None else strict
         key = None if graph_only and not raw.document_index.kustomizations else finish_key(raw, variables, graph_only, strict)
         remembered = self.finished.get(key)
         if remembered is not None:
@@ -211,14 +221,21 @@ class Renderer:
         that define sources and the sync). `on_finished` is called with each finished tier while
         other tiers may still be building.
         """
-        key = render_key(self.snapshot, self.config, self.binary.version, cluster, entry, graph_only) if self.cache is not None else None
+        # Not with a live cluster: what it holds changes between runs.
+        key = render_key(self.snapshot, self.config, self.binary.version, cluster, entry, graph_only) if self.cache is not None and self.live_config is None else None
         if key is not None:
             remembered = self.finished.get_render(key, cluster, entry, self.snapshot)
             if remembered is not None:
                 return remembered
         entry_spec = entry_tier(entry)
+        declared = declared_objects(self.snapshot, self.config.cluster_objects.get(cluster, ()))
+        config = self.config
+        setting = config.strict_setting if config.strict_setting is not None else (True if config.strict_substitution else None)
+        strict = strict_substitution(setting, cluster_flux_version(self.snapshot, entry, config.flux_versions.get(cluster)))
         for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
-            run = _ClusterPass(self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ())).run(last=attempt == 2)
+            run = _ClusterPass(
+                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict,
+            ).run(last=attempt == 2)
             if run.better_entry is None:
                 break
             entry_spec = run.better_entry
@@ -250,8 +267,15 @@ class _ClusterPass:
     def __init__(
         self, renderer: Renderer, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None,
         injected: tuple[SubstituteFrom, ...] = (),
+        declared: dict[ConfigKey, ClusterObject] | None = None,
+        strict: bool = False,
     ) -> None:
         self.renderer, self.entry, self.entry_spec = renderer, entry, entry_spec
+        self.strict = strict  # strict substitution: `.fluxwarden.yaml`, else the cluster's Flux version
+        # The ConfigMaps/Secrets only the cluster has: declared (`clusters.<name>.cluster_objects`), then what the
+        # live cluster answered (found or absent) over them; a failed read leaves a declared one in place.
+        self.external: dict[ConfigKey, ClusterObject] = dict(declared or {})
+        self.asked: set[ConfigKey] = set()  # read live already (answered or not)
         self.injected = injected  # `clusters.<name>.substitute_from`: what the cluster substitutes into every tier
         self.graph_only, self.on_finished = graph_only, on_finished
         self.findings: list[Finding] = []
@@ -356,16 +380,37 @@ class _ClusterPass:
             for key, position in raw.document_index.config.items():
                 self.objects.setdefault(key, (raw.documents, position))
 
+    def _read_live(self) -> None:
+        """Read from the live cluster, in one batch, the substituteFrom sources no build holds of every tier waiting to finish."""
+        reader = self.renderer.live_config
+        if reader is None or self.outstanding:
+            return
+        wanted: dict[ConfigKey, None] = {}
+        for raw in self.built.values():
+            wanted.update(dict.fromkeys(k for k in missing_sources(with_injected(raw.spec, self.injected), self.objects) if k not in self.asked))
+        if not wanted:
+            return
+        budget = max(0, MAX_LIVE_SOURCES - len(self.asked))
+        keys = list(wanted)
+        self.asked.update(keys)
+        for key in keys[budget:]:
+            if key not in self.external:
+                self.external[key] = ClusterObject(*key, error=f"not read: more than {MAX_LIVE_SOURCES} substituteFrom sources outside git")
+        for found in reader(keys[:budget]):
+            if found.error is None or found.key not in self.external:
+                self.external[found.key] = found
+
     def _finish_ready(self, last: bool) -> None:
         """Finish every built tier whose substituteFrom sources are known (or can no longer arrive), then follow its children."""
         renderer = self.renderer
+        self._read_live()
         for tid in list(self.built):
             raw = self.built[tid]
             if self.outstanding and not sources_present(with_injected(raw.spec, self.injected), self.objects):
                 continue  # its substituteFrom may be rendered by a tier still building
             check_stop()
             del self.built[tid]
-            rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only, self.injected)
+            rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only, self.injected, self.external, self.strict)
             if tid == self.entry_spec.id:
                 own = bootstrap_spec(rendered, self.entry, renderer.config, renderer.locate)
                 if own is not None and not same_tier(own, self.entry_spec) and not last:

@@ -19,6 +19,7 @@ from bot.adapters.cache import BuildCache, cache_budget
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_version
 from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
+from bot.engine.clusterobjects import ConfigFetcher
 from bot.engine.config import RepoConfig, clear_discoveries, snapshot_config, with_artifact_sources
 from bot.engine.discovery import RenderLimits
 from bot.engine.yamlio import clear_resolve_cache
@@ -42,6 +43,8 @@ class CheckOptions:
     # and malloc_trim, ~0.2 s after a 20,000-object review. A CLI run is followed by the process's exit instead.
     release_memory: bool = False
     progress: Progress | None = field(default=None, compare=False)  # counters for a progress line (the CLI on a terminal)
+    # Reads substituteFrom ConfigMaps/Secrets that git lacks from the live cluster (`--live`, the bot's live access).
+    live_config: ConfigFetcher | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Session:
     memo: RunMemo = field(default_factory=RunMemo)  # shared by the sessions of one run (both sides of a review)
     charts: ChartStage | None = None  # the run's chart fetcher and Helm workers; None: HelmReleases are not rendered
     progress: Progress | None = None
+    live_config: ConfigFetcher | None = None
 
     @classmethod
     def of(
@@ -70,15 +74,14 @@ class Session:
         """
         return cls(
             snapshot, with_artifact_sources(config if config is not None else snapshot_config(snapshot), snapshot), binary, cache,
-            options.jobs, options.timeout,
-            memo if memo is not None else RunMemo(), charts, options.progress,
+            options.jobs, options.timeout, memo if memo is not None else RunMemo(), charts, options.progress, options.live_config,
         )
 
     def renderer(self, limits: RenderLimits = RenderLimits()) -> Renderer:
         """A renderer of this session's snapshot (its builds, finished tiers and facts go to the session's memos)."""
         return Renderer(
             self.snapshot, self.config, self.binary, jobs=self.jobs, timeout=self.timeout, cache=self.cache, memo=self.memo, limits=limits,
-            charts=self.charts, progress=self.progress,
+            charts=self.charts, progress=self.progress, live_config=self.live_config,
         )
 
 

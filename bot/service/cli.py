@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn, Sequence
 
@@ -154,7 +155,8 @@ def _check(args: argparse.Namespace) -> int:
         return _review(args, options)
     config = _config(args)
     names = _clusters_to_check(args, config)
-    live, _ = _live(args, names[0])
+    live, _, read_config = _live(args, names[0])
+    options = replace(options, live_config=read_config)
     with progress_line(options.progress, sys.stderr):
         reports = check_repositories(args.repo, names, options, live=live, config=config)
     if args.format == "json":
@@ -179,7 +181,8 @@ def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     else:
         config = _config(args) or _working_tree_config(args.repo)
     names = _clusters_to_check(args, config)
-    live, fetch_objects = _live(args, names[0])
+    live, fetch_objects, read_config = _live(args, names[0])
+    options = replace(options, live_config=read_config)
     with progress_line(options.progress, sys.stderr):
         reviews = [
             review_repository(
@@ -253,17 +256,18 @@ def _working_tree_config(repo: Path) -> RepoConfig:
 
 
 def _live(args: argparse.Namespace, cluster: str):
-    """With --live: the cluster's state, read now (async, before the sync engine), and a reader for moved objects.
+    """With --live: the cluster's state, read now (async, before the sync engine), a reader for moved objects and
+    one for the substituteFrom ConfigMaps/Secrets that git lacks (read by name while rendering; Secret values only masked).
 
     An unreachable cluster, a bad credential or a forbidden read is not an exception here: the state
     records it and the report carries a `precondition-unknown` error.
     """
     if not args.live:
-        return None, None
-    from bot.adapters.kube import ClusterAccess, ObjectReader, fetch_live_state  # kubernetes-asyncio: only with --live
+        return None, None, None
+    from bot.adapters.kube import ClusterAccess, ConfigReader, ObjectReader, fetch_live_state  # kubernetes-asyncio: only with --live
 
     access = ClusterAccess(kubeconfig=args.kubeconfig, context=args.context)
-    return fetch_live_state(access, cluster), ObjectReader(access)
+    return fetch_live_state(access, cluster), ObjectReader(access), ConfigReader(access)
 
 
 def _check_output(path: Path | None) -> None:

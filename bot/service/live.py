@@ -7,7 +7,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from bot.adapters.kube import ClusterAccess, ObjectReader, read_live_state
+from bot.adapters.kube import ClusterAccess, ConfigReader, ObjectReader, read_live_state
+from bot.engine.clusterobjects import ConfigFetcher
 from bot.engine.drift import DriftOptions, DriftReport
 from bot.engine.live import LiveState, ObjectFetcher
 from bot.pipeline.drift import RenderedCluster, read_drift, utcnow
@@ -45,6 +46,10 @@ class KubeLive:
     def object_reader(self, repo: str, cluster: str) -> ObjectFetcher:
         """Reads moved objects synchronously (in the review's worker thread, on its own loop)."""
         return ObjectReader(self._access(repo, cluster))
+
+    def config_reader(self, repo: str, cluster: str) -> ConfigFetcher:
+        """Reads the substituteFrom ConfigMaps/Secrets git lacks, by name (a Secret's values are only ever substituted masked)."""
+        return ConfigReader(self._access(repo, cluster))
 
     async def read_drift(
         self, rendered: RenderedCluster, repo: str, cluster: str, *, now: Callable[[], datetime] = utcnow,
