@@ -282,6 +282,18 @@ def render_key(snapshot: Snapshot, config: RepoConfig, version: str, cluster: st
     return "render-" + versioned_key(version, snapshot.tree.oid, config.digest(), cluster, entry, graph_only)
 
 
+def children_key(snapshot: Snapshot, config_digest: str, tier: RenderedTier, entry: str) -> str | None:
+    """The cache key of the Kustomizations a finished tier applies (`child_specs`): None when it has no finish key.
+
+    Its finish key covers the objects and their origins; the configuration says which sources are this
+    repository; the blob ids of the files they were written in decide the lines `locate` finds there.
+    """
+    if tier.finish_key is None:
+        return None
+    files = sorted({m.origin.file for m in tier.flux_kustomizations() if m.origin is not None and m.origin.line is None})
+    return "children-" + versioned_key("children", tier.finish_key, entry, config_digest, [(f, snapshot.file_digest(f)) for f in files])
+
+
 def tree_key(snapshot: Snapshot, binary: KustomizeBinary) -> str | None:
     """The cache key of a commit's tree memo; None for a working tree."""
     return "tree-" + versioned_key(binary.version, snapshot.tree.oid) if snapshot.tree is not None else None

@@ -29,10 +29,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from bot.adapters.cache import BuildCache, versioned_key
-from bot.adapters.charts import ChartFetcher
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workers import WorkerPool
@@ -44,10 +43,13 @@ from bot.engine.facts import TierFacts
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
-from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease
+from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
 from bot.engine.scope import cluster_scoped_kinds
 from bot.engine.tree import RepoTree
 from bot.pipeline.progress import Progress
+
+if TYPE_CHECKING:  # imported on first fetch: HTTP, TLS and email parsing are for remote charts only
+    from bot.adapters.charts import ChartFetcher
 
 # The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
@@ -110,6 +112,8 @@ class ChartStage:
         self.fix_source_hosts(())  # fetching before any render fixed them: no source host at all
         with self._lock:
             if self._fetcher is None:
+                from bot.adapters.charts import ChartFetcher
+
                 policy = replace(self.options.policy, source_hosts=self.options.policy.source_hosts | (self._source_hosts or frozenset()))
                 self._fetcher = ChartFetcher(policy, self._cache_dir)
             return self._fetcher
@@ -159,7 +163,7 @@ def render_releases(
     located = [(tid, m) for tid, f in facts.items() for m in f.helm_releases if not render.tiers[tid].spec.kube_config]
     if not located:
         return render
-    objects = _objects(render, facts, located)
+    objects = _objects(render, facts, located, stage)
     findings: list[Finding] = []
     jobs: list[_Job] = []
     seen: set[ObjectRef] = set()
@@ -221,7 +225,9 @@ def render_releases(
     return replace(render, releases=releases, findings=(*render.findings, *findings))
 
 
-def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: Sequence[tuple[TierId, Manifest]]) -> dict[tuple[str, str, str], Manifest]:
+def _objects(
+    render: ClusterRender, facts: Mapping[TierId, TierFacts], located: Sequence[tuple[TierId, Manifest]], stage: ChartStage
+) -> dict[tuple[str, str, str], Manifest]:
     """The chart sources and CRDs (from the tiers' facts) and the valuesFrom ConfigMaps/Secrets (read only from the
     tiers that have them): a commit checked before loads no other tier's objects."""
     wanted = _values_names(m for _, m in located)
@@ -235,11 +241,24 @@ def _objects(render: ClusterRender, facts: Mapping[TierId, TierFacts], located: 
         )
         if not has_values:
             continue
-        for manifest in render.tiers[tid].manifests:
+        for manifest in _values_objects(stage, render.tiers[tid]):
             key = (manifest.ref.kind, manifest.ref.namespace, manifest.ref.name)
             if key in wanted:
                 out.setdefault(key, manifest)
     return out
+
+
+def _values_objects(stage: ChartStage, tier: RenderedTier) -> Sequence[Manifest]:
+    """A tier's ConfigMaps and Secrets, in render order, kept (this run, then the build cache) by its finish key
+    (equal keys, equal objects): a tier read back from the cache loads them alone, not its thousand other objects."""
+    key = f"values-objects-{tier.finish_key}" if tier.finish_key is not None else None
+    hit = _remembered(stage, key)
+    if isinstance(hit, tuple):
+        return hit
+    found = tuple(m for m in tier.manifests if m.ref.kind in VALUES_KINDS)
+    if key is not None:
+        _remember(stage, key, found)
+    return found
 
 
 def _named_hosts(facts: Mapping[TierId, TierFacts]) -> set[str]:

@@ -32,7 +32,7 @@ from bot.engine.flux import entry_tier
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
-from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, render_key, tree_key
+from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, children_key, render_key, tree_key
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartStage
 
@@ -112,6 +112,7 @@ class Renderer:
         self.locator = Locator(LineMemo(snapshot))
         self._ahead: dict[str, Future[RawTier]] = {}  # builds started before the render asks (`build_ahead`)
         self._ahead_lock = threading.Lock()
+        self._config_digest: str | None = None
 
     @property
     def builds_run(self) -> int:
@@ -207,6 +208,27 @@ class Renderer:
         if key is not None:
             self.finished.put(key, rendered, findings)
         return rendered, findings
+
+    def child_specs(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
+        """The Kustomizations a finished tier applies (`child_specs`), from the cache when the same tier was followed before.
+
+        Locating each in its file reads and parses that file: for an entry tier of hundreds of Kustomizations, most of a warm render.
+        """
+        if not tier.flux_kustomizations():
+            return []
+        if self._config_digest is None:
+            self._config_digest = self.config.digest()
+        key = children_key(self.snapshot, self._config_digest, tier, entry) if self.cache is not None else None
+        hit = self.cache.get(key) if self.cache is not None and key is not None else None
+        if isinstance(hit, tuple) and len(hit) == 2:
+            findings.extend(hit[1])
+            return list(hit[0])
+        found: list[Finding] = []
+        specs = child_specs(tier, entry, self.config, self.locate, found)
+        findings.extend(found)
+        if self.cache is not None and key is not None:
+            self.cache.put(key, (tuple(specs), tuple(found)))
+        return specs
 
     # -- a whole cluster ------------------------------------------------------------------------
 
@@ -436,7 +458,7 @@ class _ClusterPass:
             if is_artifact_generator(manifest):
                 for key, artifact in generated_artifacts(manifest, renderer.config.is_this_repo, renderer.snapshot).items():
                     new_artifacts |= self.artifacts.setdefault(key, artifact) is artifact
-        for spec in child_specs(rendered, self.entry, renderer.config, renderer.locate, self.findings):
+        for spec in renderer.child_specs(rendered, self.entry, self.findings):
             if spec.id in self.scheduled:
                 # A Kustomization whose path holds its own file applies itself again: one definition.
                 if not same_tier(self.scheduled[spec.id], spec) and spec.id != self.entry_spec.id:

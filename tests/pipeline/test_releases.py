@@ -287,3 +287,23 @@ def test_a_review_of_an_unchanged_chart_renders_each_release_once(tmp_path: Path
     # The same review again, with a cache: each side's renders come from it, the result is the same.
     cached = [review_repository(repo, "dev", base, head, CheckOptions(), cache_dir=tmp_path / "cache") for _ in range(2)]
     assert [{str(r.ref): [str(c.ref) for c in r.changes] for r in c.releases.releases} for c in cached] == [changed, changed]
+
+
+def test_values_from_a_config_map_are_read_again_when_it_changes(tmp_path: Path) -> None:
+    """A tier's ConfigMaps are cached apart from its other objects by its finish key: a warm run reads them from
+    there, and an edit of the ConfigMap (another finish key) is a miss that renders the new values."""
+    values = lambda n: obj("v1", "ConfigMap", "web-values", "default", data={"values.yaml": f"replicas: {n}\n"})  # noqa: E731
+    release = helm_release("web", "./charts/webapp", valuesFrom=[{"kind": "ConfigMap", "name": "web-values"}])
+    repo = _repo(tmp_path, [release, values(3)])
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+
+    def replicas() -> int:
+        with render_repository(repo, "dev", options) as built:
+            (rendered,) = built.render.releases.values()
+            return int(next(m for m in rendered.manifests if m.ref.kind == "Deployment").body["spec"]["replicas"])
+
+    assert replicas() == 3
+    assert list((tmp_path / "cache").rglob("values-objects-*.pickle"))
+    assert replicas() == 3  # warm
+    (repo / "apps" / "release.yaml").write_text(dump(release, values(5)))
+    assert replicas() == 5

@@ -11,11 +11,13 @@ import json
 import os
 import stat
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
 
+from bot.adapters.cache import BuildCache
 from bot.engine.config import load_repo_config
 from bot.pipeline.check import CheckOptions, check_repository, check_session, repository_clusters
 from bot.engine.generate import generated_resources
@@ -23,6 +25,7 @@ from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Finding, Manifest, Severity, TierId
 from bot.engine.discovery import RenderLimits
 from bot.engine.rendered import SECRET_MASK, ClusterRender
+from bot.pipeline.memo import children_key
 from bot.pipeline.renderer import Renderer
 from bot.pipeline.session import Session
 from bot.adapters.workspace import build_snapshot
@@ -1028,3 +1031,40 @@ def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) 
     renderer, cr = render(tmp_path / "r2", {**files, ".fluxwarden.yaml": "clusters:\n  dev: {path: clusters/dev, substitute_from: [ConfigMap/flux-system/cluster-config]}\n"}, binary)
     web = by_ref(cr)["ConfigMap/default/web"]
     assert web.body["data"] == {"host": "web.example.com", "mail": "smtp.local"}
+
+
+def _children_files(tmp_path: Path) -> dict[str, str]:
+    # The Kustomization's file starts with a comment: its line (3) is found by parsing the file, not by its position.
+    files = app_repo({"app/cm.yaml": dump(cm("c", "default"))})
+    files["clusters/dev/app.yaml"] = "# the app\n---\n" + files["clusters/dev/app.yaml"]
+    return files
+
+
+def test_a_followed_tier_s_kustomizations_come_from_the_cache_as_located(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """A tier followed before gives its Kustomizations from the cache (no file is parsed for their lines): the same specs, lines included."""
+    cache = BuildCache(tmp_path / "cache")
+    files = _children_files(tmp_path)
+    _, fresh = render(tmp_path / "fresh", files, binary)
+    _, first = render(tmp_path / "first", files, binary, cache=cache)
+    assert list((tmp_path / "cache").rglob("children-*.pickle"))
+    renderer, again = render(tmp_path / "again", files, binary, cache=BuildCache(tmp_path / "cache"))
+    assert renderer.locator.lines._files == {}  # nothing was located: the specs came from the cache
+    assert again.tiers[APP].spec == first.tiers[APP].spec == fresh.tiers[APP].spec
+    assert again.tiers[APP].spec.origin is not None and (again.tiers[APP].spec.origin.file, again.tiers[APP].spec.origin.line) == ("clusters/dev/app.yaml", 3)
+
+
+def test_the_children_key_covers_the_tier_entry_configuration_and_files(tmp_path: Path, binary: KustomizeBinary) -> None:
+    """Each input of `child_specs` is in its key: another finish key, entry, configuration or content of a
+    Kustomization's file misses."""
+    files = _children_files(tmp_path)
+    renderer, cr = render(tmp_path / "one", files, binary, cache=BuildCache(tmp_path / "cache"))
+    entry = next(t for t in cr.tiers.values() if t.flux_kustomizations())
+    key = children_key(renderer.snapshot, "config", entry, "clusters/dev")
+    assert key is not None and key == children_key(renderer.snapshot, "config", entry, "clusters/dev")
+    assert children_key(renderer.snapshot, "other-config", entry, "clusters/dev") != key
+    assert children_key(renderer.snapshot, "config", entry, "clusters/prod") != key
+    assert children_key(renderer.snapshot, "config", replace(entry, finish_key="another"), "clusters/dev") != key
+    assert children_key(renderer.snapshot, "config", replace(entry, finish_key=None), "clusters/dev") is None
+    moved = dict(files, **{"clusters/dev/app.yaml": "# the app\n# moved down\n---\n" + files["clusters/dev/app.yaml"].split("---\n", 1)[1]})
+    other, _ = render(tmp_path / "two", moved, binary)
+    assert children_key(other.snapshot, "config", entry, "clusters/dev") != key  # same tier, the file's lines moved

@@ -54,15 +54,15 @@ def problem(value: str, rule: tuple[re.Pattern[str], int | None, str]) -> str | 
 
 @check("invalid-name")
 def invalid_name(ctx: CheckContext) -> Iterator[Finding]:
+    namespaces: dict[str, str | None] = {"": None}  # a repository has few namespaces and thousands of objects in them
     for tier_id in ctx.render.tiers:
         for gk, objects in sorted(ctx.facts[tier_id].kinds.items()):
             rule = name_rule(gk)
             for stub in objects:
                 ref = stub.ref
-                for field, value, broken in (
-                    ("name", ref.name, problem(ref.name, rule)),
-                    ("namespace", ref.namespace, problem(ref.namespace, DNS1123_LABEL) if ref.namespace else None),
-                ):
+                if ref.namespace not in namespaces:
+                    namespaces[ref.namespace] = problem(ref.namespace, DNS1123_LABEL)
+                for field, value, broken in (("name", ref.name, problem(ref.name, rule)), ("namespace", ref.namespace, namespaces[ref.namespace])):
                     if broken is None:
                         continue
                     yield Finding(
