@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
-from bot.adapters.github import PullRequestInfo, StatusInfo
+from bot.engine.github_models import PullRequestInfo, StatusInfo
 from bot.engine.errors import InfraError
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
 from bot.engine.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
