@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, UserError
@@ -28,7 +28,7 @@ from bot.engine.review import ALWAYS_NEW, ClusterReview
 from bot.pipeline.review import review_repository
 from bot.engine.review_report import format_review_markdown, review_verdict
 from bot.pipeline.check import CheckOptions
-from bot.engine.live import LiveState
+from bot.engine.live import LiveState, ObjectFetcher
 from handlers.context import Counters, Live, PrecheckGit, PrecheckGitHub
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,15 @@ STATUS_CONTEXT = "fluxwarden/{cluster}"  # built by status_context, read back by
 OPERATIONS = ("comment", "status", "check_run")  # what reconciling a state writes on GitHub
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
 _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
+
+
+class Reviewer(Protocol):
+    """Reviews a change for one cluster in a mirror (bot/pipeline/review.py's review_repository; blocking)."""
+
+    def __call__(
+        self, repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = ..., cache_dir: Path | None = None,
+        live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None, *, config_from_base: bool = False,
+    ) -> ClusterReview: ...
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,7 @@ class Precheck:
     options: CheckOptions = field(default_factory=CheckOptions)
     run_timeout: float = 900.0
     target_url: str | None = None
+    reviewer: Reviewer = review_repository  # the handler tests review in memory
     _reviewing: list = field(default_factory=list, repr=False)  # one entry per review thread still running (cancelled runs too)
 
     async def desired(self, plan: PrecheckPlan, cluster: str) -> tuple[DesiredState, str]:
@@ -249,7 +259,7 @@ class Precheck:
         fetch_objects = None
         if live is not None and self.live is not None:
             fetch_objects = self.live.object_reader(plan.repo, cluster)  # moved objects: read in this thread, on its own loop
-        return review_repository(
+        return self.reviewer(
             fetched.mirror, cluster, base, fetched.head_sha, self.options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
             config_from_base=True,  # a PR never decides what its clusters are
         )
