@@ -7,9 +7,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
+from typing import Awaitable, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from bot.engine.errors import FluxwardenError
+from bot.engine.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
 from bot.engine.drift import DriftOptions, DriftReport
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
 from bot.engine.clusterobjects import ConfigFetcher
@@ -35,77 +36,116 @@ class Settings(Protocol):
     def repo(self, full_name: str) -> RepoPolicy | None: ...
 
 
+class Count(Protocol):
+    """One labelled child of a counter (prometheus_client's `Counter.labels(...)`)."""
+
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class LabelledCounter(Protocol):
+    """A counter with labels (prometheus_client's `Counter`)."""
+
+    def labels(self, *labels: str) -> Count: ...
+
+
 class Counters(Protocol):
-    """The metrics handlers count (prometheus_client collectors: `.labels(...).inc()`)."""
+    """The metrics handlers count: `.labels(...).inc()`."""
 
     @property
-    def github_errors(self) -> Any: ...
+    def github_errors(self) -> LabelledCounter: ...
 
     @property
-    def runs(self) -> Any: ...
+    def runs(self) -> LabelledCounter: ...
 
 
-class PrecheckGitHub(Protocol):
-    """What prechecking needs from GitHub (the adapter in bot/adapters/github.py provides it)."""
+# GitHub, one protocol per concern (bot/adapters/github.py's GitHubAdapter implements them all); the reads
+# return the frozen models of bot/engine/github_models.py, built in the adapter.
+
+
+class Comments(Protocol):
+    """The bot's comments, found by their hidden marker and edited in place."""
+
+    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
+
+
+class StatusWrites(Protocol):
+    """Setting a commit status."""
+
+    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
+
+
+class StatusReads(Protocol):
+    """A commit's statuses, newest first."""
+
+    def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]: ...
+
+
+class CheckRuns(Protocol):
+    """Check runs (a GitHub App only)."""
 
     @property
     def is_app(self) -> bool: ...
 
-    def pull_request(self, repo: str, number: int) -> Any: ...
-
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
-
-    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
-
-    def upsert_check_run(self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str, text: str | None = None, annotations: Iterable[dict[str, Any]] = ()) -> int: ...
+    def upsert_check_run(
+        self, repo: str, sha: str, name: str, *, status: str, conclusion: str | None, title: str, summary: str,
+        text: str | None = None, annotations: Iterable[CheckAnnotation] = (),
+    ) -> int: ...
 
 
-class CommentGitHub(Protocol):
-    """What the comment and event handlers read and write on a PR."""
+class PullRequestReads(Protocol):
+    """One pull request read."""
+
+    def pull_request(self, repo: str, number: int) -> PullRequestInfo: ...
+
+
+class Permissions(Protocol):
+    """A commenter's permission on a repository (read, triage, write, maintain, admin, none)."""
 
     def permission(self, repo: str, login: str) -> str: ...
 
-    def pull_request(self, repo: str, number: int) -> Any: ...
+
+class PrecheckGitHub(Comments, StatusWrites, CheckRuns, PullRequestReads, Protocol):
+    """What a precheck writes (comment, status, check run) and re-reads (the PR's base and head)."""
+
+
+class CommentGitHub(Comments, PullRequestReads, Permissions, Protocol):
+    """What the comment handler reads and writes on a PR: the commenter's permission, the PR, a reaction, the reply."""
 
     def add_reaction(self, repo: str, comment_id: int, content: str = "eyes") -> None: ...
 
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
 
-
-class RestartGitHub(Protocol):
+class RestartGitHub(StatusReads, Protocol):
     """What re-running pending prechecks reads."""
 
-    def open_pull_requests(self, repo: str) -> list: ...
+    def open_pull_requests(self, repo: str) -> list[PullRequestInfo]: ...
 
     def latest_status(self, repo: str, sha: str, context: str) -> str | None: ...
 
-    def statuses(self, repo: str, sha: str, limit: int = 100) -> list: ...
+
+class RetargetGitHub(StatusReads, StatusWrites, Protocol):
+    """What marking a retargeted PR's statuses pending reads and writes."""
 
 
-class TierOrderGitHub(Protocol):
-    """What the tier order follow-up PR needs."""
+class TierOrderGitHub(Comments, StatusWrites, Protocol):
+    """What the tier order follow-up PR needs: the bot's branch PR, its conflict note, a failed status on a push."""
 
-    def open_pulls_from(self, repo: str, branch: str) -> list: ...
+    def open_pulls_from(self, repo: str, branch: str) -> list[BranchPullRequest]: ...
 
-    def create_pull(self, repo: str, *, head: str, base: str, title: str, body: str) -> Any: ...
+    def create_pull(self, repo: str, *, head: str, base: str, title: str, body: str) -> BranchPullRequest: ...
 
     def update_pull(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> None: ...
 
     def close_pull(self, repo: str, number: int, comment: str | None = None) -> None: ...
 
-    def upsert_comments(self, repo: str, number: int, marker: str, bodies: list[str]) -> list[int]: ...
-
-    def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
-
 
 class DriftGitHub(Protocol):
-    """The GitHub calls a drift run makes."""
+    """The GitHub calls a drift run makes: the repository, and its drift issues."""
 
-    def repository(self, repo: str) -> Any: ...
+    def repository(self, repo: str) -> RepositoryInfo: ...
 
-    def find_issues(self, repo: str, marker: str, label: str) -> list[Any]: ...
+    def find_issues(self, repo: str, marker: str, label: str) -> list[IssueInfo]: ...
 
-    def create_issue(self, repo: str, *, title: str, body: str, labels: Sequence[str] = ()) -> Any: ...
+    def create_issue(self, repo: str, *, title: str, body: str, labels: Sequence[str] = ()) -> IssueInfo: ...
 
     def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None, state: str | None = None) -> None: ...
 
@@ -114,8 +154,8 @@ class DriftGitHub(Protocol):
     def close_issue(self, repo: str, number: int, comment: str | None = None) -> None: ...
 
 
-class HandlerGitHub(PrecheckGitHub, CommentGitHub, RestartGitHub, TierOrderGitHub, DriftGitHub, Protocol):
-    """Every GitHub call the handlers make (bot.adapters.github.GitHubAdapter)."""
+class HandlerGitHub(PrecheckGitHub, CommentGitHub, RestartGitHub, RetargetGitHub, TierOrderGitHub, DriftGitHub, Protocol):
+    """Every GitHub call of every handler: what the composition root hands in (each handler asks for its own part)."""
 
 
 class Revisions(Protocol):
@@ -141,14 +181,32 @@ class Heads(Protocol):
     def heads(self) -> Mapping[str, str | None]: ...
 
 
-class Git(Protocol):
-    """The git mirrors (bot.adapters.git.Mirrors), given their credentials once by the composition root."""
-
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Revisions: ...
+class BranchHeads(Protocol):
+    """Where branches point, fetched into a mirror."""
 
     def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Heads: ...
 
+
+class Checkouts(Protocol):
+    """A commit of a mirror checked out into a scratch directory (removed on exit)."""
+
     def checkout(self, mirror: Path, sha: str) -> ContextManager[Path]: ...
+
+
+class PrecheckGit(Protocol):
+    """What prechecking needs from git: a PR's base and head fetched, and their merge base."""
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Revisions: ...
+
+    def merge_base(self, mirror: Path, a: str, b: str) -> str: ...
+
+
+class DriftGit(BranchHeads, Checkouts, Protocol):
+    """What a drift run needs from git: the default branch's head, checked out."""
+
+
+class TierOrderGit(BranchHeads, Checkouts, Protocol):
+    """What the tier order follow-up PR needs from git: history, and the bot's own commit pushed to its branch."""
 
     def commit_file(self, clone_url: str, parent_sha: str, path: str, content: bytes, message: str, author: tuple[str, str], *, reuse: str | None = None) -> str: ...
 
@@ -156,13 +214,15 @@ class Git(Protocol):
 
     def delete_branch(self, clone_url: str, branch: str) -> None: ...
 
-    def merge_base(self, mirror: Path, a: str, b: str) -> str: ...
-
     def first_parent_history(self, mirror: Path, rev: str, limit: int) -> list[str]: ...
 
     def commit_parents(self, mirror: Path, rev: str) -> list[str]: ...
 
     def commit_summary(self, mirror: Path, rev: str) -> str: ...
+
+
+class Git(PrecheckGit, DriftGit, TierOrderGit, Protocol):
+    """The git mirrors (bot.adapters.git.Mirrors), given their credentials once by the composition root."""
 
 
 class Live(Protocol):
@@ -221,7 +281,7 @@ class Dispatcher(Protocol):
 
 
 class Prechecks(Protocol):
-    """Schedules precheck runs (bot/service/runs.py's PrecheckRuns: queue, claims, final writes)."""
+    """Schedules precheck runs (handlers/precheck_runs.py's PrecheckRuns: queue, claims, final writes)."""
 
     def schedule(self, plan: PrecheckPlan) -> Mapping[str, Submitted]: ...
 
@@ -231,11 +291,17 @@ class Prechecks(Protocol):
 
 
 class Claims(Protocol):
-    """Which pending statuses no replica runs any more (bot/service/claims.py; only with several replicas)."""
+    """Cross-replica run claims on GitHub's statuses (bot/service/claims.py; only with several replicas)."""
+
+    async def acquire(self, repo: str, sha: str, context: str, description: str, target_url: str | None = None) -> bool: ...
+
+    async def release(self, repo: str, sha: str, context: str, description: str, target_url: str | None = None) -> None: ...
+
+    async def superseded(self, repo: str, number: int, sha: str) -> bool: ...
 
     async def abandoned_contexts(self, repo: str, sha: str, contexts: Sequence[str]) -> list[str]: ...
 
-    def abandoned(self, statuses: Sequence[Any], context: str) -> bool: ...
+    def abandoned(self, statuses: Sequence[StatusInfo], context: str) -> bool: ...
 
     def tag(self, description: str, *, released: bool = False) -> str: ...
 

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from bot.engine import markdown as md
@@ -36,8 +37,10 @@ from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_
 from bot.engine.errors import FluxwardenError, InfraError
 from bot.engine.jobs import DriftKey, Submitted
 from bot.engine.model import plural
-from bot.pipeline.drift import render_cluster, utcnow
-from handlers.context import BotContext, DriftGitHub
+from bot.engine.settings import DriftPolicy
+from bot.pipeline.check import CheckOptions
+from bot.pipeline.drift import RenderedCluster, render_cluster, utcnow
+from handlers.context import Counters, Dispatcher, DriftGit, DriftGitHub, Live, Settings
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +122,19 @@ def with_memory(body: str, memory: IssueMemory) -> str:
 
 
 class IssueLike(Protocol):
-    number: int
-    state: str
-    title: str
-    body: str
+    """What deciding on an issue reads of it (bot/engine/github_models.py's IssueInfo, or a test's own)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -272,6 +284,34 @@ def reconcile_issue(github: DriftGitHub, repo: str, report: DriftReport) -> Issu
 # --------------------------------------------------------------------------------------------- the job
 
 
+class DriftContext(Protocol):
+    """What a drift run needs: the repositories, git, GitHub's issues, live reads, how to render, the queue."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> DriftGitHub: ...
+
+    @property
+    def git(self) -> DriftGit: ...
+
+    @property
+    def live(self) -> Live | None: ...
+
+    @property
+    def jobs(self) -> Dispatcher: ...
+
+    @property
+    def metrics(self) -> Counters: ...
+
+    @property
+    def options(self) -> CheckOptions: ...
+
+    @property
+    def cache_dir(self) -> Path: ...
+
+
 @dataclass(frozen=True)
 class DriftTarget:
     """One scheduled job: a repository's cluster."""
@@ -302,7 +342,7 @@ class DriftOutcome:
 class DriftRunner:
     """Runs drift jobs for a service: git through its mirrors, GitHub through its adapter."""
 
-    def __init__(self, bot: BotContext, *, clock: Callable[[], datetime] = utcnow, timeout: float | None = None) -> None:
+    def __init__(self, bot: DriftContext, *, clock: Callable[[], datetime] = utcnow, timeout: float | None = None) -> None:
         self.bot = bot
         self.clock = clock
         self.timeout = timeout if timeout is not None else bot.config.limits.run_timeout
@@ -343,7 +383,7 @@ class DriftRunner:
             return DriftOutcome(report, None, str(exc))
         return DriftOutcome(report, issue)
 
-    def _render(self, target: DriftTarget) -> tuple[str, str, Any]:
+    def _render(self, target: DriftTarget) -> tuple[str, str, RenderedCluster]:
         """Fetch the default branch into the mirror and render the cluster at its head (blocking)."""
         git = self.bot.git
         info = self.bot.github.repository(target.repo)
@@ -357,9 +397,9 @@ class DriftRunner:
         return info.default_branch, head, rendered
 
 
-def drift_targets(bot: BotContext) -> list[tuple[DriftTarget, Any]]:
+def drift_targets(bot: DriftContext) -> list[tuple[DriftTarget, DriftPolicy]]:
     """Every (target, schedule policy) the service config enables: live clusters without `drift: {enabled: false}`."""
-    out = []
+    out: list[tuple[DriftTarget, DriftPolicy]] = []
     for repo in bot.config.repos:
         for cluster in repo.clusters:
             policy = getattr(cluster, "drift", None)
@@ -380,7 +420,7 @@ class DriftJob:
     run: Callable[[], Awaitable[None]]
 
 
-def drift_jobs(bot: BotContext, *, clock: Callable[[], datetime] = utcnow) -> tuple[DriftRunner, list[DriftJob]] | None:
+def drift_jobs(bot: DriftContext, *, clock: Callable[[], datetime] = utcnow) -> tuple[DriftRunner, list[DriftJob]] | None:
     """The service's drift jobs (None when no cluster has drift on): one per enabled cluster, each running
     `DriftRunner.run` on the service's dispatcher like every other run (a firing while the cluster's last
     run still goes on joins it). bot/service/app.py schedules them (bot/adapters/scheduler.py)."""
@@ -398,7 +438,7 @@ def drift_jobs(bot: BotContext, *, clock: Callable[[], datetime] = utcnow) -> tu
     return runner, jobs
 
 
-async def _dispatch(bot: BotContext, key: DriftKey, run: Callable[[], Any]) -> None:
+async def _dispatch(bot: DriftContext, key: DriftKey, run: Callable[[], Awaitable[object]]) -> None:
     """One firing, through the dispatcher: waits for a worker, and for the run to end."""
     if await bot.jobs.run(key, SCHEDULED, run) == Submitted.QUEUE_FULL:
         log.warning("%s skipped: the run queue is full", key)

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from bot.engine import markdown as md
 from bot.engine.commands import FixTierOrderCommand
 from bot.engine.errors import InfraError
 from bot.engine.jobs import FixTierOrderKey, Submitted
 from bot.engine.webhook import CommentEvent
-from handlers.context import BotContext, CommandResult, Invocation
-from handlers.tier_order import TierOrderOutcome, TierOrderTarget, run_tier_order
+from handlers.context import CommandResult, Counters, Dispatcher, Invocation
+from handlers.tier_order import TierOrderContext, TierOrderOutcome, TierOrderTarget, run_tier_order
 
 log = logging.getLogger(__name__)
 REPLY_MARKER = "fluxwarden:fix-tier-order:{comment_id}"
 QUEUE_FULL = "the bot is busy (its run queue is full); please try again later."
+
+
+class FixTierOrderContext(TierOrderContext, Protocol):
+    """What the command needs: a tier order run's parts (its GitHub writes the reply), the queue, the counters."""
+
+    @property
+    def jobs(self) -> Dispatcher: ...
+
+    @property
+    def metrics(self) -> Counters: ...
 
 
 def result_reply(marker: str, author: str, outcome: TierOrderOutcome | None, error: str | None) -> str:
@@ -29,7 +40,7 @@ def result_reply(marker: str, author: str, outcome: TierOrderOutcome | None, err
     return f"<!-- {marker} -->\n@{author}\n\n{text}\n"
 
 
-async def on_fix_tier_order(event: CommentEvent, command: FixTierOrderCommand, bot: BotContext, call: Invocation) -> CommandResult:
+async def on_fix_tier_order(event: CommentEvent, command: FixTierOrderCommand, bot: FixTierOrderContext, call: Invocation) -> CommandResult:
     """Queue the run; its result is posted as the reply when it is done."""
     target = TierOrderTarget(
         repo=event.repo.full_name,

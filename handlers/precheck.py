@@ -4,8 +4,9 @@ One comment per PR and cluster, found by a hidden marker and edited (bedevere's 
 status `fluxwarden/<cluster>` on the head SHA; a check run when the bot is a GitHub App. Infrastructure
 trouble is `error`, never `success`; a result for an old SHA never overwrites a newer one.
 
-Here: the states (running, result, error) and `Precheck`, from a plan to the state GitHub should show and
-reconciling GitHub to it. Queueing, claims and writing a refused final state again are bot/service/runs.py's.
+Here: the states (running, result, error), the status name (`status_context`, which every handler and the claims
+use) and `Precheck`, from a plan to the state GitHub should show and reconciling GitHub to it. Its runs on the
+service's queue (claims, writing a refused final state again) are handlers/precheck_runs.py's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Callable, Protocol
 
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, UserError
+from bot.engine.github_models import CheckAnnotation
 from bot.engine.github_limits import MAX_CHECK_TEXT, MAX_STATUS_DESCRIPTION
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.model import Cause, Finding, Severity, plural
@@ -26,23 +28,24 @@ from bot.engine.review import ALWAYS_NEW, ClusterReview
 from bot.pipeline.review import review_repository
 from bot.engine.review_report import format_review_markdown, review_verdict
 from bot.pipeline.check import CheckOptions
-from bot.engine.live import LiveState
-from handlers.context import Counters, Live, PrecheckGitHub, Revisions
+from bot.engine.live import LiveState, ObjectFetcher
+from handlers.context import Counters, Live, PrecheckGit, PrecheckGitHub
 
 log = logging.getLogger(__name__)
 
-STATUS_CONTEXT = "fluxwarden/{cluster}"
+STATUS_CONTEXT = "fluxwarden/{cluster}"  # built by status_context, read back by cluster_of_context
 OPERATIONS = ("comment", "status", "check_run")  # what reconciling a state writes on GitHub
 COMMENT_MARKER = "fluxwarden:precheck:{cluster}"
 _LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")  # a GitHub login (what GitHub allows)
 
 
-class PrecheckGit(Protocol):
-    """What prechecking needs from git (bot.adapters.git.Mirrors provides it, with its credentials)."""
+class Reviewer(Protocol):
+    """Reviews a change for one cluster in a mirror (bot/pipeline/review.py's review_repository; blocking)."""
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Revisions: ...
-
-    def merge_base(self, mirror: Path, a: str, b: str) -> str: ...
+    def __call__(
+        self, repo: Path, cluster: str, base: str, head: str | None = None, options: CheckOptions = ..., cache_dir: Path | None = None,
+        live: LiveState | None = None, fetch_objects: ObjectFetcher | None = None, *, config_from_base: bool = False,
+    ) -> ClusterReview: ...
 
 
 @dataclass(frozen=True)
@@ -60,15 +63,15 @@ class DesiredState:
     comment: tuple[str, ...]
     status: Status
     conclusion: str | None  # for the check run; None while running
-    annotations: tuple[dict, ...] = ()  # check-run annotations on the files that carry findings
+    annotations: tuple[CheckAnnotation, ...] = ()  # check-run annotations on the files that carry findings
 
 
 ANNOTATION_LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def annotations_for(review: ClusterReview) -> tuple[dict, ...]:
+def annotations_for(review: ClusterReview) -> tuple[CheckAnnotation, ...]:
     """One check-run annotation per finding that has a `file:line` (GitHub needs a line to place it)."""
-    out = []
+    out: list[CheckAnnotation] = []
     for reviewed in review.findings:
         f = reviewed.finding
         if f.location is None or not f.location.line:
@@ -185,6 +188,12 @@ def status_context(cluster: str) -> str:
     return STATUS_CONTEXT.format(cluster=cluster)
 
 
+def cluster_of_context(context: str) -> str | None:
+    """The cluster whose precheck status `context` is (None: not a precheck's)."""
+    prefix = status_context("")
+    return context.removeprefix(prefix) if context.startswith(prefix) else None
+
+
 def interrupted_description(cluster: str) -> str:
     """The pending status of a run a graceful shutdown cancelled (the next start re-runs it as a plain run)."""
     return f"precheck of {cluster} {INTERRUPTED}"
@@ -202,6 +211,7 @@ class Precheck:
     options: CheckOptions = field(default_factory=CheckOptions)
     run_timeout: float = 900.0
     target_url: str | None = None
+    reviewer: Reviewer = review_repository  # the handler tests review in memory
     _reviewing: list = field(default_factory=list, repr=False)  # one entry per review thread still running (cancelled runs too)
 
     async def desired(self, plan: PrecheckPlan, cluster: str) -> tuple[DesiredState, str]:
@@ -251,7 +261,7 @@ class Precheck:
         if live is not None and self.live is not None:
             fetch_objects = self.live.object_reader(plan.repo, cluster)  # moved objects: read in this thread, on its own loop
             options = replace(options, live_config=self.live.config_reader(plan.repo, cluster))  # substituteFrom sources git lacks
-        return review_repository(
+        return self.reviewer(
             fetched.mirror, cluster, base, fetched.head_sha, options, cache_dir=self.cache_dir, live=live, fetch_objects=fetch_objects,
             config_from_base=True,  # a PR never decides what its clusters are
         )

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from bot.engine.commands import PrecheckCommand, permits, you_have
 from bot.engine.errors import InfraError
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.webhook import CommentEvent
-from handlers.context import BotContext, CommandResult, Invocation
-from handlers.retry import read_pull_request
+from handlers.context import CommandResult, Invocation, Prechecks
+from handlers.retry import PullReadContext, read_pull_request
 
 log = logging.getLogger(__name__)
 
 
-async def on_precheck(event: CommentEvent, command: PrecheckCommand, bot: BotContext, call: Invocation) -> CommandResult:
+class PrecheckCommandContext(PullReadContext, Protocol):
+    """What `/precheck` needs: the PR read (with the limits of retrying it), and the runs."""
+
+    @property
+    def prechecks(self) -> Prechecks: ...
+
+
+async def on_precheck(event: CommentEvent, command: PrecheckCommand, bot: PrecheckCommandContext, call: Invocation) -> CommandResult:
     """Check each cluster's permission and the PR (open, not a refused fork), then schedule the run."""
     if not event.is_pull_request:
         return CommandResult("`/precheck` works on pull requests only.")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from bot.engine.errors import FluxwardenError, InfraError
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.settings import RepoPolicy
 from bot.engine.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
-from handlers.context import BotContext
-from handlers.precheck import STATUS_CONTEXT, retargeted_description
+from handlers.context import BranchHeads, Claims, Prechecks, RetargetGitHub, Settings
+from handlers.precheck import cluster_of_context, retargeted_description
 
 log = logging.getLogger(__name__)
 TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_review"})
@@ -24,7 +25,26 @@ TRIGGERING_ACTIONS = frozenset({"opened", "synchronize", "reopened", "ready_for_
 NO_CLUSTERS = "no automatic clusters"
 
 
-def plan_for_pull_request(event: PullRequestEvent, bot: BotContext, policy: RepoPolicy | None = None) -> PrecheckPlan | str:
+class PullRequestContext(Protocol):
+    """What a pull request event needs: the repositories, their statuses (a retarget), the runs."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> RetargetGitHub: ...
+
+    @property
+    def git(self) -> BranchHeads: ...  # a repository's clusters, found on the base branch
+
+    @property
+    def prechecks(self) -> Prechecks: ...
+
+    @property
+    def claims(self) -> Claims | None: ...
+
+
+def plan_for_pull_request(event: PullRequestEvent, bot: PullRequestContext, policy: RepoPolicy | None = None) -> PrecheckPlan | str:
     """The precheck an event asks for, or why there is none (`policy`: the repository's, with its clusters found)."""
     retarget = event.action == "edited" and event.base_changed_from is not None
     if event.action not in TRIGGERING_ACTIONS and not retarget:
@@ -50,7 +70,7 @@ def plan_for_pull_request(event: PullRequestEvent, bot: BotContext, policy: Repo
     )
 
 
-async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckPlan | str:
+async def on_pull_request(event: PullRequestEvent, bot: PullRequestContext) -> PrecheckPlan | str:
     """Schedule the automatic precheck; returns the plan or the reason nothing ran."""
     plan = plan_for_pull_request(event, bot)
     policy = bot.config.repo(event.repo.full_name)
@@ -69,13 +89,12 @@ async def on_pull_request(event: PullRequestEvent, bot: BotContext) -> PrecheckP
     return plan
 
 
-async def mark_retargeted(event: PullRequestEvent, bot: BotContext) -> list[str]:
+async def mark_retargeted(event: PullRequestEvent, bot: PullRequestContext) -> list[str]:
     """Set every Fluxwarden status on the head that is not pending to pending (it judged the old base); returns their contexts.
 
     The clusters that run on their own are re-run right after (their pending status then says running);
     the others stay pending until someone comments `/precheck <cluster>`.
     """
-    prefix = STATUS_CONTEXT.format(cluster="")
     try:
         statuses = await asyncio.to_thread(bot.github.statuses, event.repo.full_name, event.pull.head_sha)  # newest first
     except InfraError as exc:
@@ -83,13 +102,13 @@ async def mark_retargeted(event: PullRequestEvent, bot: BotContext) -> list[str]
         return []
     latest: dict[str, str] = {}
     for status in statuses:
-        if status.context.startswith(prefix):
+        if cluster_of_context(status.context) is not None:
             latest.setdefault(status.context, status.state)
     marked = []
     for context, state in sorted(latest.items()):
         if state == "pending":
             continue
-        cluster = context.removeprefix(prefix)
+        cluster = cluster_of_context(context) or ""
         description = retargeted_description(cluster, event.base_changed_from or "", event.pull.base_ref)
         if bot.claims is not None:
             # A pending status is a run claim (bot/service/claims.py): mark it released, so no replica takes

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from bot.engine.jobs import Submitted, TierOrderKey
 from bot.engine.webhook import NULL_SHA, PushEvent
-from handlers.context import BotContext
-from handlers.tier_order import TierOrderTarget, run_tier_order
+from handlers.context import Dispatcher
+from handlers.tier_order import TierOrderContext, TierOrderTarget, run_tier_order
 
 
-def target_for_push(event: PushEvent, bot: BotContext) -> TierOrderTarget | str:
+class PushContext(TierOrderContext, Protocol):
+    """What a push needs: a tier order run's parts, and the queue it goes on."""
+
+    @property
+    def jobs(self) -> Dispatcher: ...
+
+
+def target_for_push(event: PushEvent, bot: PushContext) -> TierOrderTarget | str:
     """The reconciliation a push asks for, or why there is none."""
     policy = bot.config.repo(event.repo.full_name)
     if policy is None:
@@ -26,7 +35,7 @@ def target_for_push(event: PushEvent, bot: BotContext) -> TierOrderTarget | str:
     )
 
 
-async def on_push(event: PushEvent, bot: BotContext) -> Submitted | str:
+async def on_push(event: PushEvent, bot: PushContext) -> Submitted | str:
     """Queue a tier order run (a newer push to the same repository supersedes a queued one)."""
     target = target_for_push(event, bot)
     if isinstance(target, str):

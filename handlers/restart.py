@@ -18,19 +18,39 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
 from bot.engine.errors import FluxwardenError, InfraError
+from bot.engine.github_models import PullRequestInfo
 from bot.engine.jobs import PrecheckKey, PrecheckPlan, precheck_version
 from bot.engine.settings import RepoPolicy
 from handlers.clusters import with_clusters
-from handlers.context import BotContext
-from handlers.precheck import INTERRUPTED, RESUMED, STATUS_CONTEXT
+from handlers.context import BranchHeads, Claims, Prechecks, RestartGitHub, Settings
+from handlers.precheck import INTERRUPTED, RESUMED, status_context
 
 log = logging.getLogger(__name__)
 
 
-async def resume_pending(bot: BotContext, trigger: str = "restart: status was left pending", *, stale_after: float | None = None) -> list[PrecheckPlan]:
+class RestartContext(Protocol):
+    """What re-running pending prechecks needs: the repositories, their open PRs and statuses, the runs."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> RestartGitHub: ...
+
+    @property
+    def git(self) -> BranchHeads: ...  # a repository's clusters, found on a PR's base branch
+
+    @property
+    def prechecks(self) -> Prechecks: ...
+
+    @property
+    def claims(self) -> Claims | None: ...
+
+
+async def resume_pending(bot: RestartContext, trigger: str = "restart: status was left pending", *, stale_after: float | None = None) -> list[PrecheckPlan]:
     """Schedule a run for every open PR and cluster whose latest `fluxwarden/<cluster>` status is pending (and abandoned).
 
     `stale_after` (a single replica's sweep, no claims): only statuses pending for longer than that, of runs
@@ -62,10 +82,10 @@ async def resume_pending(bot: BotContext, trigger: str = "restart: status was le
     return plans
 
 
-async def _pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: float | None) -> list[str]:
+async def _pending(bot: RestartContext, policy: RepoPolicy, pull: PullRequestInfo, stale_after: float | None) -> list[str]:
     """The clusters of `pull` to re-run: abandoned (several replicas), stale (a single replica's sweep), or pending (start-up)."""
     if bot.claims is not None:
-        contexts = {STATUS_CONTEXT.format(cluster=c): c for c in policy.cluster_names}
+        contexts = {status_context(c): c for c in policy.cluster_names}
         try:
             return [contexts[c] for c in await bot.claims.abandoned_contexts(policy.name, pull.head_sha, list(contexts))]
         except InfraError as exc:
@@ -76,7 +96,7 @@ async def _pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: 
     pending = []
     for cluster in policy.cluster_names:
         try:
-            state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, STATUS_CONTEXT.format(cluster=cluster))
+            state = await asyncio.to_thread(bot.github.latest_status, policy.name, pull.head_sha, status_context(cluster))
         except InfraError as exc:
             log.warning("cannot read status of %s#%s: %s", policy.name, pull.number, exc)
             continue
@@ -85,7 +105,7 @@ async def _pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: 
     return pending
 
 
-async def _rerun(bot: BotContext, plan: PrecheckPlan) -> list[PrecheckPlan]:
+async def _rerun(bot: RestartContext, plan: PrecheckPlan) -> list[PrecheckPlan]:
     """Schedule the pending clusters of `plan` again, as their last run ended; give up on those that stopped the checker twice."""
     outcome = await _how_it_stopped(bot, plan)
     for cluster in outcome["gave-up"]:
@@ -100,7 +120,7 @@ async def _rerun(bot: BotContext, plan: PrecheckPlan) -> list[PrecheckPlan]:
     return plans
 
 
-async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list[str]]:
+async def _how_it_stopped(bot: RestartContext, plan: PrecheckPlan) -> dict[str, list[str]]:
     """Each pending cluster's last run, from its status: `interrupted` by a graceful shutdown (re-run as it was),
     `crashed` (re-run once, marked: the run itself may be what stopped the checker), or `gave-up` (that
     re-run stopped the checker too: a PR that kills the checker must not do it on every start)."""
@@ -112,7 +132,7 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
     outcome: dict[str, list[str]] = {"interrupted": [], "crashed": [], "gave-up": []}
     claims = bot.claims
     for cluster in plan.clusters:
-        context = STATUS_CONTEXT.format(cluster=cluster)
+        context = status_context(cluster)
         if claims is not None and statuses and not claims.abandoned(statuses, context):
             continue  # another replica claimed it since it was found abandoned: its status is that run's, not a crash's
         latest = next((s for s in statuses if s.context == context), None)
@@ -124,7 +144,7 @@ async def _how_it_stopped(bot: BotContext, plan: PrecheckPlan) -> dict[str, list
     return outcome
 
 
-async def _stale_pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_after: float) -> list[str]:
+async def _stale_pending(bot: RestartContext, policy: RepoPolicy, pull: PullRequestInfo, stale_after: float) -> list[str]:
     """The clusters of `pull` whose status has been pending longer than `stale_after` with no run of ours behind it."""
     try:
         statuses = await asyncio.to_thread(bot.github.statuses, policy.name, pull.head_sha)  # newest first
@@ -134,7 +154,7 @@ async def _stale_pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_a
     now = time.time()
     stale = []
     for cluster in policy.cluster_names:
-        latest = next((s for s in statuses if s.context == STATUS_CONTEXT.format(cluster=cluster)), None)
+        latest = next((s for s in statuses if s.context == status_context(cluster)), None)
         if latest is None or latest.state != "pending" or now - latest.created_at < stale_after:
             continue
         if not bot.prechecks.busy(PrecheckKey(policy.name, pull.number, cluster), precheck_version(pull.head_sha, pull.base_ref)):
@@ -142,7 +162,7 @@ async def _stale_pending(bot: BotContext, policy: RepoPolicy, pull: Any, stale_a
     return stale
 
 
-async def sweep_own(bot: BotContext, interval: float, stale_after: float) -> None:
+async def sweep_own(bot: RestartContext, interval: float, stale_after: float) -> None:
     """A single replica's job (no leader election): every `interval` seconds, re-run prechecks whose status
     has been pending longer than `stale_after` although this process runs nothing for them (a run lost
     between its claim and its result). With several replicas the leader's `sweep_pending` does this."""
@@ -157,7 +177,7 @@ async def sweep_own(bot: BotContext, interval: float, stale_after: float) -> Non
             log.info("re-running %d precheck(s) left pending", len(plans))
 
 
-async def sweep_pending(bot: BotContext, interval: float) -> None:
+async def sweep_pending(bot: RestartContext, interval: float) -> None:
     """The leader's job: every `interval` seconds, re-run prechecks left pending by a replica that is gone."""
     while True:
         await asyncio.sleep(interval)

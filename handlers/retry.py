@@ -10,14 +10,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 from bot.engine.errors import GitHubError
+from bot.engine.github_models import PullRequestInfo
 from bot.engine.settings import Backoff
-from handlers.context import BotContext
+from handlers.context import Permissions, PullRequestReads, Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class PermissionContext(Protocol):
+    """What reading a commenter's permission needs: the limits, and GitHub."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> Permissions: ...
+
+
+class PullReadContext(Protocol):
+    """What reading a command's pull request needs: the limits, and GitHub."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> PullRequestReads: ...
 
 
 def is_fault(exc: BaseException) -> bool:
@@ -42,13 +63,13 @@ async def gating_read(what: str, call: Callable[[], T], backoff: Backoff, within
             await asyncio.sleep(wait)
 
 
-async def read_permission(bot: BotContext, repo: str, login: str) -> str:
+async def read_permission(bot: PermissionContext, repo: str, login: str) -> str:
     """The commenter's permission, tried again on a GitHub fault."""
     limits = bot.config.limits
     return await gating_read(f"permission of {login} on {repo}", lambda: bot.github.permission(repo, login), limits.backoff, limits.read_retry_seconds)
 
 
-async def read_pull_request(bot: BotContext, repo: str, number: int) -> Any:
+async def read_pull_request(bot: PullReadContext, repo: str, number: int) -> PullRequestInfo:
     """The pull request a command is about, tried again on a GitHub fault."""
     limits = bot.config.limits
     return await gating_read(f"pull request {repo}#{number}", lambda: bot.github.pull_request(repo, number), limits.backoff, limits.read_retry_seconds)

@@ -20,20 +20,44 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Awaitable, Callable, Protocol
 
 from bot.engine import markdown as md
 from bot.engine.errors import FluxwardenError, InfraError, InputError, UserError
+from bot.engine.github_models import BranchPullRequest
 from bot.engine.model import plural
 from bot.engine.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes
 from bot.pipeline.tier_state import read_tree_state
-from handlers.context import BotContext
+from bot.pipeline.check import CheckOptions
+from handlers.context import Settings, TierOrderGit, TierOrderGitHub, TierOrderMemo
 
 log = logging.getLogger(__name__)
 
 STATUS_CONTEXT = "fluxwarden/tier-order"
 CONFLICT_MARKER = "fluxwarden:tier-order:conflict"
 HISTORY_LIMIT = 32  # first-parent commits searched for the one that made the order stale
+
+
+class TierOrderContext(Protocol):
+    """What a tier order run needs: the bot's git identity, git and GitHub, how to render, the service's memo."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def github(self) -> TierOrderGitHub: ...
+
+    @property
+    def git(self) -> TierOrderGit: ...
+
+    @property
+    def options(self) -> CheckOptions: ...
+
+    @property
+    def cache_dir(self) -> Path: ...
+
+    @property
+    def tier_order(self) -> TierOrderMemo: ...
 
 
 @dataclass(frozen=True)
@@ -58,14 +82,14 @@ class TierOrderOutcome:
     commit: str | None = None  # the bot branch commit
 
 
-def reconcile_tier_order(bot: BotContext, target: TierOrderTarget) -> TierOrderOutcome:
+def reconcile_tier_order(bot: TierOrderContext, target: TierOrderTarget) -> TierOrderOutcome:
     """Make the follow-up PR match the default branch (blocking)."""
     with bot.tier_order.lock(target.repo):
         return _Run(bot, target).reconcile()
 
 
 class _Run:
-    def __init__(self, bot: BotContext, target: TierOrderTarget) -> None:
+    def __init__(self, bot: TierOrderContext, target: TierOrderTarget) -> None:
         self.bot, self.target = bot, target
         self.git = bot.git
         self.github = bot.github
@@ -95,7 +119,7 @@ class _Run:
             return self.settled("correct", in_order_message(fix, t.default_branch, head), head, pulls, bot_head)
         return self.propose(fix, head, bot_head, pulls)
 
-    def propose(self, fix: TierFix, head: str, bot_head: str | None, pulls: list[Any]) -> TierOrderOutcome:
+    def propose(self, fix: TierFix, head: str, bot_head: str | None, pulls: list[BranchPullRequest]) -> TierOrderOutcome:
         t = self.target
         pull = pulls[0] if pulls else None
         stale, unknown = self.stale_since(head, pull)
@@ -124,7 +148,7 @@ class _Run:
             return TierOrderOutcome("updated", f"Updated #{pull.number}: {md.text(fix.headline())}.", head, pull.number, sha)
         return TierOrderOutcome("unchanged", f"#{pull.number} already has this fix: {md.text(fix.headline())}.", head, pull.number, sha)
 
-    def settled(self, action: str, message: str, head: str, pulls: list[Any], bot_head: str | None) -> TierOrderOutcome:
+    def settled(self, action: str, message: str, head: str, pulls: list[BranchPullRequest], bot_head: str | None) -> TierOrderOutcome:
         """Nothing to fix: close the bot's PR (with why) and delete its branch."""
         t = self.target
         for pull in pulls:
@@ -137,7 +161,7 @@ class _Run:
             return TierOrderOutcome("closed", f"{message} Closed {closed}.", head, pulls[0].number)
         return TierOrderOutcome(action, message, head)
 
-    def impossible(self, conflict: TierOrderConflict, head: str, pull: Any) -> TierOrderOutcome:
+    def impossible(self, conflict: TierOrderConflict, head: str, pull: BranchPullRequest | None) -> TierOrderOutcome:
         """No single order fits: no PR; say why where someone will see it."""
         t = self.target
         explanation = conflict.markdown()
@@ -150,7 +174,7 @@ class _Run:
 
     # -- which commit made the order stale ------------------------------------------------------
 
-    def stale_since(self, head: str, pull: Any) -> tuple[StaleCommit | None, str | None]:
+    def stale_since(self, head: str, pull: BranchPullRequest | None) -> tuple[StaleCommit | None, str | None]:
         """The first-parent commit that made the order stale (bisected over the last HISTORY_LIMIT), or why unknown."""
         history = self.git.first_parent_history(self.mirror, head, HISTORY_LIMIT)
 
@@ -246,7 +270,7 @@ def _names(clusters: tuple[str, ...]) -> str:
     return ", ".join(md.code(c) for c in clusters)
 
 
-async def run_tier_order(bot: BotContext, target: TierOrderTarget, done: Callable[[TierOrderOutcome | None, str | None], Any] | None = None) -> None:
+async def run_tier_order(bot: TierOrderContext, target: TierOrderTarget, done: Callable[[TierOrderOutcome | None, str | None], Awaitable[None]] | None = None) -> None:
     """The queued job: reconcile in a worker thread; errors are logged (and handed to `done` as text)."""
     import asyncio
 

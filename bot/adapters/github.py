@@ -62,6 +62,7 @@ from github.CommitStatus import CommitStatus as _GhCommitStatus
 from github.PaginatedList import PaginatedList
 
 from bot.engine.errors import ConfigError, GitHubError
+from bot.engine.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
 from bot.engine.github_limits import ANNOTATIONS_PER_REQUEST, MAX_CHECK_TEXT, MAX_CHECK_TITLE, MAX_COMMENT, MAX_STATUS_DESCRIPTION
 
 log = logging.getLogger(__name__)
@@ -129,68 +130,6 @@ class GitHubAuth:
             raise ConfigError("GitHub auth: a GitHub App needs app_id, private_key and installation_id")
         if not re.match(r"^https?://[^/\s]+", self.api_url or ""):
             raise ConfigError("GitHub auth: api_url must be an http(s) URL")
-
-
-@dataclass(frozen=True)
-class PullRequestInfo:
-    number: int
-    state: str
-    draft: bool
-    head_sha: str
-    head_ref: str
-    head_repo: str | None  # full name; None when the head repository was deleted
-    head_clone_url: str | None
-    base_ref: str
-    base_sha: str
-    fork: bool  # the head is not in the base repository (or is gone)
-    author: str | None
-
-
-@dataclass(frozen=True)
-class StatusInfo:
-    """One commit status as GitHub lists it (newest first): what cross-replica run claims read."""
-
-    state: str
-    context: str
-    description: str
-    created_at: float  # epoch seconds, GitHub's clock (whole seconds)
-    creator: str | None
-
-
-@dataclass(frozen=True)
-class BranchPullRequest:
-    """A pull request opened from a branch of the repository itself (the bot's follow-up PRs)."""
-
-    number: int
-    title: str
-    body: str
-    head_ref: str
-    head_sha: str
-    base_ref: str
-    author: str | None
-    html_url: str
-
-
-@dataclass(frozen=True)
-class IssueInfo:
-    """An issue (not a pull request) as the bot's drift reports need it."""
-
-    number: int
-    title: str
-    body: str
-    state: str  # open | closed
-    labels: tuple[str, ...]
-    author: str | None
-    html_url: str
-
-
-@dataclass(frozen=True)
-class RepositoryInfo:
-    """What a scheduled job needs to fetch a repository's default branch."""
-
-    full_name: str
-    default_branch: str
-    clone_url: str
 
 
 _TOKEN_PATTERNS = (
@@ -625,7 +564,7 @@ class _PrecheckAPI(_IdentityAPI):
         title: str,
         summary: str,
         text: str | None = None,
-        annotations: Iterable[dict[str, Any]] = (),
+        annotations: Iterable[CheckAnnotation] = (),
     ) -> int:
         """Create or update this app's check run `name` on `sha`; returns its id. GitHub App only."""
         if not self.is_app:
@@ -638,7 +577,7 @@ class _PrecheckAPI(_IdentityAPI):
             raise ValueError("a completed check run needs a conclusion")
         if status != "completed" and conclusion is not None:
             raise ValueError("a conclusion needs status='completed'")
-        notes = [dict(a) for a in annotations]
+        notes: list[dict[str, Any]] = [dict(a) for a in annotations]
         for a in notes:
             missing = ANNOTATION_KEYS - a.keys()
             if missing:

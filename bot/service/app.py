@@ -29,13 +29,14 @@ from bot.service.claims import CLAIM_GRACE, Claims, pod_of
 from bot.service.live import KubeLive
 from bot.service.leader import LeaderElector, build_elector, replica_identity
 from bot.service.metrics import new_metrics
-from bot.service.runs import PrecheckRuns, RunQueue
+from bot.service.runs import RunQueue
 from bot.service.server import Readiness, WebhookApp
 from bot.service.settings import ServiceConfig
 from handlers.context import BotContext
 from handlers.drift import drift_jobs
 from bot.pipeline.drift import utcnow
 from handlers.precheck import Precheck
+from handlers.precheck_runs import PrecheckRuns
 from handlers.registry import check_registry
 from handlers.restart import resume_pending, sweep_own, sweep_pending
 
@@ -61,6 +62,11 @@ class Service:
     _sweeper: "asyncio.Task[None] | None" = None  # a single replica's own sweep of pending statuses
     stopping_since: float | None = None  # time.monotonic() when shutdown began (SIGTERM)
     _killed: int = 0  # renders killed at shutdown
+
+    @property
+    def queue(self) -> RunQueue:
+        """The one run queue every kind of run goes on."""
+        return self.webhook.queue
 
     @property
     def is_leader(self) -> bool:
@@ -92,7 +98,7 @@ class Service:
         All before any await: a run whose review ends now must not write a verdict computed with killed builds."""
         self.stopping_since = time.monotonic()
         self.webhook.stop_handlers()
-        self.runs.queue.stop()
+        self.queue.stop()
         self._killed = stop_builds()  # the review threads see it too and stop between two steps (check_stop)
 
     async def _stop_builds(self, _: web.Application) -> None:

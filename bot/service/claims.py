@@ -49,30 +49,24 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from bot.engine.errors import InfraError
 from bot.engine.github_limits import MAX_STATUS_DESCRIPTION
+from bot.engine.github_models import PullRequestInfo, StatusInfo
+from handlers.precheck_runs import RELEASE_TIMEOUT
 
 log = logging.getLogger(__name__)
 
 CLAIM_GRACE = 60.0  # seconds on top of the run timeout before a claim is stale
-RELEASE_TIMEOUT = 5.0  # a shutting-down replica gives releasing a run this long
 _TAG = re.compile(r"\s*\[fw:(?P<replica>[a-z0-9][a-z0-9.-]*?)(?P<released>:released)?\]\s*$")
 UNTAGGED = "?"  # the owner of an untagged pending status
-
-
-class StatusLike(Protocol):
-    state: str
-    context: str
-    description: str
-    created_at: float
 
 
 class ClaimsGitHub(Protocol):
     """What claims need from GitHub (bot/adapters/github.py provides it)."""
 
-    def statuses(self, repo: str, sha: str, limit: int = 100) -> list: ...
+    def statuses(self, repo: str, sha: str, limit: int = 100) -> list[StatusInfo]: ...
 
     def set_status(self, repo: str, sha: str, context: str, state: str, description: str, target_url: str | None = None) -> None: ...
 
-    def pull_request(self, repo: str, number: int): ...
+    def pull_request(self, repo: str, number: int) -> PullRequestInfo: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +78,7 @@ class Claim:
     age: float
 
 
-def parse_claim(status: StatusLike, now: float) -> Claim:
+def parse_claim(status: StatusInfo, now: float) -> Claim:
     match = _TAG.search(status.description or "")
     age = max(0.0, now - status.created_at)
     if match is None:
@@ -127,7 +121,7 @@ class Claims:
     def _dead_process(self, replica: str) -> bool:
         return self.pod is not None and replica != self.replica and replica != UNTAGGED and pod_of(replica) == self.pod
 
-    def owner(self, statuses: Iterable[StatusLike], context: str) -> str | None:
+    def owner(self, statuses: Iterable[StatusInfo], context: str) -> str | None:
         """The replica owning `context` (the oldest live claim of the pending episode), or None when free."""
         now = self.clock()
         released: set[str] = set()
@@ -146,14 +140,14 @@ class Claims:
             live.append(claim.replica)
         return live[-1] if live else None
 
-    def abandoned(self, statuses: Sequence[StatusLike], context: str) -> bool:
+    def abandoned(self, statuses: Sequence[StatusInfo], context: str) -> bool:
         """The newest status of `context` is pending and nobody holds a live claim on it."""
         latest = next((s for s in statuses if s.context == context), None)
         return latest is not None and latest.state == "pending" and self.owner(statuses, context) is None
 
     # ------------------------------------------------------------------ GitHub
 
-    async def _read(self, repo: str, sha: str) -> list[StatusLike]:
+    async def _read(self, repo: str, sha: str) -> list[StatusInfo]:
         return await asyncio.to_thread(self.github.statuses, repo, sha)
 
     async def acquire(self, repo: str, sha: str, context: str, description: str, target_url: str | None = None) -> bool:
@@ -201,5 +195,4 @@ class Claims:
         except InfraError as exc:
             log.warning("claims: cannot read %s#%s (%s); writing the result", repo, number, exc)
             return False
-        head = getattr(pull, "head_sha", None)
-        return bool(head) and head != sha
+        return bool(pull.head_sha) and pull.head_sha != sha

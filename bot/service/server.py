@@ -12,10 +12,11 @@ from aiohttp import web
 
 from bot.engine.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, PushEvent, parse_body, parse_event, verify_signature
 from bot.service.metrics import CONTENT_TYPE, Metrics
-from bot.service.runs import PrecheckRuns, RunQueue
+from bot.service.runs import RunQueue
 from bot.service.settings import ServiceConfig
 from handlers.comment import on_comment
 from handlers.context import BotContext
+from handlers.precheck_runs import PrecheckRuns
 from handlers.pull_request import on_pull_request
 from handlers.push import on_push
 

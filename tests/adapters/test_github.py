@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.engine.errors import ConfigError, InfraError
-from bot.adapters.github import GitHubAdapter, GitHubAuth, GitHubError, GitHubNotFound, PullRequestInfo
+from bot.adapters.github import GitHubAdapter, GitHubAuth, GitHubError, GitHubNotFound
+from bot.engine.github_models import PullRequestInfo
 from tests.fakes import Effect, FakeGitHub
 
 TOKEN = "ghp_" + "T0k3nS3cr3t" * 3

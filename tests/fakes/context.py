@@ -6,14 +6,16 @@ Prow's plugin clients: each records what a handler did and can be told to fail, 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
-from bot.adapters.github import PullRequestInfo, StatusInfo
+from bot.engine.github_models import BranchPullRequest, PullRequestInfo, StatusInfo
 from bot.engine.errors import InfraError
 from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
 from bot.engine.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
@@ -66,6 +68,9 @@ class MemoryGitHub:
     status_list: dict[str, list[StatusInfo]] = field(default_factory=dict)  # sha -> statuses, newest first
     comments: dict[tuple[int, str], list[str]] = field(default_factory=dict)  # (number, marker) -> bodies
     reactions: list[tuple[int, str]] = field(default_factory=list)
+    branch_pulls: dict[int, BranchPullRequest] = field(default_factory=dict)  # the bot's open follow-up PRs
+    closed: list[tuple[int, str | None]] = field(default_factory=list)  # (PR, closing comment)
+    check_runs: list[dict[str, Any]] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
     calls: Counter = field(default_factory=Counter)
     clock: Callable[[], float] = time.time  # a status's created_at (claims age by it)
@@ -112,7 +117,29 @@ class MemoryGitHub:
 
     def upsert_check_run(self, repo: str, sha: str, name: str, **kwargs: Any) -> int:
         self._call("check_run")
-        return 1
+        self.check_runs.append({"sha": sha, "name": name, **kwargs})
+        return len(self.check_runs)
+
+    def open_pulls_from(self, repo: str, branch: str) -> list[BranchPullRequest]:
+        self._call("open_pulls_from")
+        return [p for _, p in sorted(self.branch_pulls.items()) if p.head_ref == branch]
+
+    def create_pull(self, repo: str, *, head: str, base: str, title: str, body: str) -> BranchPullRequest:
+        self._call("create_pull")
+        number = max([100, *self.branch_pulls, *self.pulls]) + 1
+        pull = BranchPullRequest(number, title, body, head, "", base, "fluxwarden-bot", f"https://github.com/{repo}/pull/{number}")
+        self.branch_pulls[number] = pull
+        return pull
+
+    def update_pull(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> None:
+        self._call("update_pull")
+        pull = self.branch_pulls[number]
+        self.branch_pulls[number] = replace(pull, title=pull.title if title is None else title, body=pull.body if body is None else body)
+
+    def close_pull(self, repo: str, number: int, comment: str | None = None) -> None:
+        self._call("close_pull")
+        self.branch_pulls.pop(number, None)
+        self.closed.append((number, comment))
 
     def states(self, sha: str, context: str = "fluxwarden/prod") -> list[str]:
         """The states `context` got on `sha`, oldest first."""
@@ -135,21 +162,74 @@ class Heads:
     heads: dict[str, str | None]
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """What `revisions` returns: a mirror, and the base and head it fetched."""
+
+    mirror: Path
+    base_sha: str
+    head_sha: str
+
+
 @dataclass
 class MemoryGit:
-    """Git in memory: the remote's branches; no mirror on disk, so a fetch of revisions to review fails (`down`)
-    once `gate` (when given) is set."""
+    """Git in memory: the remote's branches and refs, first parents, the bot's commits and pushes. No mirror on disk:
+    a fetch of revisions to review fails unless `refs` has both (once `gate`, when given, is set), and a checkout fails."""
 
     branches: dict[str, str] = field(default_factory=lambda: {"main": BASE})
+    refs: dict[str, str] = field(default_factory=dict)  # e.g. refs/pull/7/head -> its SHA (refs/heads/<b> also from `branches`)
+    parents: dict[str, str] = field(default_factory=dict)  # commit -> its first parent (none: a root commit)
     fetched: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    commits: list[tuple[str, str, str]] = field(default_factory=list)  # (sha, parent, path) of each commit made
+    pushes: list[tuple[str, str]] = field(default_factory=list)  # (branch, sha)
+    deleted: list[str] = field(default_factory=list)
     down: bool = False  # every fetch fails (the remote is unreachable)
     gate: threading.Event | None = None  # fetches of revisions wait for it (at most 10 s)
 
-    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Any:
+    def _ref(self, ref: str) -> str | None:
+        return self.refs.get(ref) or self.branches.get(ref.removeprefix("refs/heads/"))
+
+    def revisions(self, clone_url: str, base_ref: str, head_ref: str) -> Fetched:
         self.fetched.append((clone_url, (base_ref, head_ref)))
         if self.gate is not None:
             self.gate.wait(10)
-        raise InfraError(f"git fetch from {clone_url} failed: could not resolve host")
+        base, head = self._ref(base_ref), self._ref(head_ref)
+        if self.down or base is None or head is None or head_ref not in self.refs:
+            raise InfraError(f"git fetch from {clone_url} failed: could not resolve host")
+        return Fetched(Path("/nonexistent/mirror"), base, head)
+
+    def merge_base(self, mirror: Path, a: str, b: str) -> str:
+        return a  # the PR branched off its base's head
+
+    def checkout(self, mirror: Path, sha: str) -> AbstractContextManager[Path]:
+        raise InfraError(f"no mirror on disk to check {sha[:12]} out of")
+
+    def first_parent_history(self, mirror: Path, rev: str, limit: int) -> list[str]:
+        history = [rev]
+        while len(history) < limit and history[-1] in self.parents:
+            history.append(self.parents[history[-1]])
+        return history
+
+    def commit_parents(self, mirror: Path, rev: str) -> list[str]:
+        return [self.parents[rev]] if rev in self.parents else []
+
+    def commit_summary(self, mirror: Path, rev: str) -> str:
+        return f"commit {rev[:12]}"
+
+    def commit_file(self, clone_url: str, parent_sha: str, path: str, content: bytes, message: str, author: tuple[str, str], *, reuse: str | None = None) -> str:
+        sha = hashlib.sha1(b"\0".join([parent_sha.encode(), path.encode(), content, message.encode(), *(a.encode() for a in author)])).hexdigest()
+        if sha == reuse:
+            return reuse  # the same commit again, as the adapter reuses an identical one
+        self.commits.append((sha, parent_sha, path))
+        return sha
+
+    def push_branch(self, clone_url: str, sha: str, branch: str, *, force: bool = True) -> None:
+        self.branches[branch] = sha
+        self.pushes.append((branch, sha))
+
+    def delete_branch(self, clone_url: str, branch: str) -> None:
+        self.branches.pop(branch, None)
+        self.deleted.append(branch)
 
     def branch_heads(self, clone_url: str, branches: Sequence[str]) -> Heads:
         self.fetched.append((clone_url, tuple(branches)))
@@ -213,11 +293,53 @@ class RecordingDispatcher:
 
 
 @dataclass
+class MemoryRunSlots:
+    """RunSlots (handlers/precheck_runs.py): each key's current version; the jobs submitted, run by the test."""
+
+    current: dict[JobKey, str] = field(default_factory=dict)
+    submitted: list[tuple[JobKey, str, Callable[[], Awaitable[object]]]] = field(default_factory=list)
+    done: set[tuple[JobKey, str]] = field(default_factory=set)  # the runs that ended
+    depth: int = 0
+
+    def submit(self, key: JobKey, version: str, job: Callable[[], Awaitable[object]]) -> Submitted:
+        if self.current.get(key) == version:
+            return Submitted.COALESCED
+        superseded = key in self.current
+        self.current[key] = version
+
+        async def tracked() -> None:
+            try:
+                await job()
+            finally:
+                self.done.add((key, version))
+
+        self.submitted.append((key, version, tracked))
+        return Submitted.SUPERSEDED if superseded else Submitted.STARTED
+
+    def running(self, key: JobKey, version: str) -> bool:
+        return self.current.get(key) == version and (key, version) not in self.done
+
+    def is_current(self, key: JobKey, version: str) -> bool:
+        return self.current.get(key) == version
+
+
+@dataclass
 class MemoryCounters:
-    """Counters: `github_errors.labels(op).inc()` and `runs.labels(cluster, verdict).inc()`, counted by labels."""
+    """Counters: `github_errors.labels(op).inc()` and `runs.labels(cluster, verdict).inc()`, counted by labels;
+    a run's duration observed and the queue's depth set."""
 
     github_errors: "_Counter" = field(default_factory=lambda: _Counter())
     runs: "_Counter" = field(default_factory=lambda: _Counter())
+    run_seconds: "_Counter" = field(default_factory=lambda: _Counter())
+    queue_depth: "_Gauge" = field(default_factory=lambda: _Gauge())
+
+
+@dataclass
+class _Gauge:
+    value: float = 0.0
+
+    def set(self, value: float) -> None:
+        self.value = value
 
 
 @dataclass
@@ -235,6 +357,9 @@ class _Child:
 
     def inc(self, amount: float = 1) -> None:
         self.counts[self.key] += amount
+
+    def observe(self, amount: float) -> None:
+        self.counts[self.key] += 1
 
 
 @dataclass

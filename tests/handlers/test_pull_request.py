@@ -10,7 +10,7 @@ import pytest
 from bot.engine.jobs import PrecheckPlan
 from bot.engine.settings import ClusterPolicy, RepoPolicy
 from handlers.pull_request import NO_CLUSTERS, on_pull_request
-from bot.adapters.github import StatusInfo
+from bot.engine.github_models import StatusInfo
 from tests.fakes.context import BASE, CLONE_URL, HEAD, REPO, MemoryClaims, MemoryGitHub, MemoryGit, MemorySettings, bot_context, pull_request_event
 
 DEV_PROD = MemorySettings()

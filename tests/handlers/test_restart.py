@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.github import StatusInfo
+from bot.engine.github_models import StatusInfo
 from bot.engine.jobs import PrecheckKey, precheck_version
 from handlers.precheck import INTERRUPTED, RESUMED
 from handlers.restart import resume_pending

@@ -160,7 +160,7 @@ async def test_500_deliveries_in_10_seconds(start, origin: Origin, fake, tmp_pat
     held = fake.inject("GET", r"/issues/\d+/comments", delay=0.3, times=10_000)
     async with start(workers=2, queue=100) as h:
         submitted: Counter = Counter()
-        queue: RunQueue = h.service.runs.queue
+        queue: RunQueue = h.service.queue
         real_submit = queue.submit
 
         def counting_submit(key, sha, job):  # a spy: counts what the queue decided, changes nothing

@@ -19,9 +19,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bot.engine.errors import UserError
-from bot.adapters.github import GitHubAdapter, GitHubAuth, StatusInfo
+from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.engine.github_models import StatusInfo
 from bot.service.metrics import new_metrics
-from bot.service.runs import PrecheckRuns, RunQueue
+from bot.service.runs import RunQueue
+from handlers.precheck_runs import PrecheckRuns
 from bot.service.app import Service, build_service
 from bot.service.settings import ServiceConfig
 from bot.engine.settings import ClusterPolicy, LeaderElection, RepoPolicy

@@ -2,7 +2,7 @@
 
 The GitHub and git sides are in-memory implementations of the small interfaces the handler owns
 (handlers/context.py PrecheckGitHub, handlers/precheck.py PrecheckGit), in the style of Prow's plugin clients;
-the runs are bot/service/runs.py's PrecheckRuns.
+the runs are handlers/precheck_runs.py's PrecheckRuns on bot/service/runs.py's RunQueue.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from bot.engine.jobs import PrecheckKey
 from bot.service.metrics import new_metrics
-from bot.service.runs import PrecheckRuns, RunQueue, Submitted
+from bot.service.runs import RunQueue, Submitted
+from handlers.precheck_runs import PrecheckRuns
 from handlers.precheck import Precheck, PrecheckPlan, running_state
 from tests.fakes.context import MemoryGit, MemoryGitHub
 
