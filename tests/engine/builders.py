@@ -18,7 +18,7 @@ import hashlib
 import posixpath
 import textwrap
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -70,6 +70,7 @@ class MemoryTree:
             while (path := posixpath.dirname(path)) and path not in self.dirs:
                 self.dirs.add(path)
         self._identity = hashlib.sha256(repr(sorted(self.files.items())).encode()).hexdigest()
+        self.memo: dict[Hashable, Any] = {}
 
     refused: tuple[RefusedPath, ...] = ()
     has_symlinks = False
