@@ -107,3 +107,65 @@ def _insert(path: Path, line: str) -> int:
     lines.insert(at, line)
     path.write_text("\n".join(lines) + "\n")
     return at + 1
+
+
+# -- state: the pure engine keeps none between calls (issue 25, point 5) --------------------------------
+
+_MUTATORS = {"append", "add", "clear", "extend", "insert", "pop", "popitem", "remove", "discard", "setdefault", "update", "__setitem__"}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "bytearray"}
+
+
+def _module_caches(source: str) -> list[str]:
+    """Module-level names bound to a dict, list or set that the module itself writes into (a cache), not constant tables."""
+    import ast
+
+    tree = ast.parse(source)
+    mutable: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        is_mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) in _MUTABLE_CALLS
+        )
+        if is_mutable:
+            mutable |= {t.id for t in targets if isinstance(t, ast.Name)}
+    written: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name):
+            written.add(node.func.value.id)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            for target in node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    written.add(target.value.id)
+                elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name):
+                    written.add(target.id)
+        elif isinstance(node, ast.Global):
+            written |= set(node.names)
+    return sorted(mutable & written)
+
+
+def test_the_pure_engine_holds_no_module_level_cache() -> None:
+    """A memo lives on the object that owns its lifetime (a snapshot's `memo`, the run's `RunMemo`), never in a module."""
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in sorted((ROOT / "bot" / "engine").rglob("*.py"))
+        if (names := _module_caches(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "_SEEN: dict[str, int] = {}\ndef f(k):\n    _SEEN[k] = 1\n",
+        "_SEEN = {}\ndef f(k):\n    return _SEEN.setdefault(k, k)\n",
+        "_SEEN = set()\ndef f(k):\n    _SEEN.add(k)\n",
+        "_N = []\ndef f():\n    global _N\n    _N = [1]\n",
+    ],
+)
+def test_a_module_cache_is_found(source: str) -> None:
+    assert _module_caches(source)
+
+
+def test_a_constant_table_is_not_a_cache() -> None:
+    assert _module_caches("_ORDER = {'a': 1}\ndef f(k):\n    return _ORDER.get(k)\n") == []

@@ -14,7 +14,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.sourceignore import IgnoreRules
@@ -135,6 +135,7 @@ class Snapshot:
     # says (a `/*` that keeps only the manifest directories must not hide it). None: there is none.
     config_text: str | None = field(default=None, compare=False)
     config_error: str | None = field(default=None, compare=False)  # why it could not be read
+    memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)  # see RepoTree.memo
 
     @property
     def identity(self) -> tuple[str, str | None]:

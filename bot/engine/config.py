@@ -456,24 +456,16 @@ class _FoundKustomization:
     source: SourceRef | None = None
 
 
-_DISCOVERIES: dict[tuple, _Discovery] = {}
 _MAX_SCANNED_FILES = 50_000
 _GENERIC_PARTS = frozenset({"kubernetes", "k8s", "kube", "flux", "flux-system", "cluster", "clusters", "gitops", "deploy"})
 
 
-def clear_discoveries() -> None:
-    """Forget every snapshot's cluster discovery (the end of the last open run)."""
-    _DISCOVERIES.clear()
-
-
 def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
-    """What `known_clusters` finds, read once per snapshot."""
-    key = (snapshot.identity, config.sources)
-    found = _DISCOVERIES.get(key)
-    if found is None:
-        if len(_DISCOVERIES) > 16:
-            _DISCOVERIES.clear()
-        found = _DISCOVERIES[key] = _discover(config, snapshot)
+    """What `known_clusters` finds, read once per snapshot (in its memo, which goes with it)."""
+    key = ("cluster-discovery", config.sources, config.source_paths)
+    found = snapshot.memo.get(key)
+    if not isinstance(found, _Discovery):
+        found = snapshot.memo[key] = _discover(config, snapshot)
     return found
 
 

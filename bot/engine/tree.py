@@ -10,7 +10,7 @@ import hashlib
 import posixpath
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, MutableMapping, Protocol
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 CONFIG_FILE = ".fluxwarden.yaml"
@@ -34,6 +34,10 @@ class RepoTree(Protocol):
     @property
     def has_symlinks(self) -> bool:
         """Whether a symlink makes a path's content depend on another path (changed files no longer say what changed)."""
+
+    @property
+    def memo(self) -> MutableMapping[Hashable, Any]:
+        """What the engine works out once per tree (its cluster discovery): it lives and goes with the tree."""
 
     @property
     def identity(self) -> Hashable:

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from bot.engine.bootstrap import applied_before_flux, bare_cluster_findings, bootstrap_findings
+from bot.engine.checks import CheckContext, run_checks
 from bot.engine.coldstart import ColdStart
 from bot.engine.graph import TierGraph
+from bot.engine.live import live_provider_findings
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural
 from bot.engine.rendered import Outcome, ClusterRender, RenderedTier
 from bot.engine.report import CheckReport, TierSummary
 
 NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"
+
+
+def cluster_findings(ctx: CheckContext, bootstrap: bool = True) -> list[Finding]:
+    """Every finding of one cluster: its render's (less what its bootstrap installs first), the checks', and the
+    render's and bootstrap's notes; `bootstrap` False judges a bare cluster (`--no-bootstrap`)."""
+    render = ctx.render
+    return [
+        *(f for f in render.findings if not applied_before_flux(f, ctx.bootstrap)),
+        *run_checks(ctx),
+        *unreached_unsafe_paths(render),
+        *live_provider_findings(ctx.providers),
+        *nothing_rendered(render),
+        *(bootstrap_findings(ctx.bootstrap) if bootstrap else bare_cluster_findings()),
+    ]
 
 
 def nothing_rendered(render: ClusterRender) -> list[Finding]:

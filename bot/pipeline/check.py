@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.adapters.memory import check_stop
-from bot.engine.bootstrap import Bootstrap, applied_before_flux, bare_cluster_findings, bootstrap_findings, discover_bootstrap
-from bot.engine.checks import CheckContext, run_checks
+from bot.engine.bootstrap import Bootstrap, discover_bootstrap
+from bot.engine.checks import CheckContext
 from bot.engine.config import ClusterEntry, RepoConfig, cluster_entries, cluster_entry, known_clusters
 from bot.engine.errors import UserError
 from bot.engine.graph import TierGraph
 from bot.engine.knowledge import default_knowledge
 from bot.engine.model import TierId
-from bot.engine.live import LiveProviderIndex, LiveState, evaluate_preconditions, live_provider_findings, required_tier_ids
+from bot.engine.live import LiveProviderIndex, LiveState, evaluate_preconditions, required_tier_ids
 from bot.engine.providers import ProviderIndex
 from bot.engine.rendered import ClusterRender
 from bot.engine.report import CheckReport
-from bot.engine.verdict import apply_order, build_report, nothing_rendered, unreached_unsafe_paths
+from bot.engine.verdict import apply_order, build_report, cluster_findings
 from bot.pipeline.memo import FactsStore, FindingsMemo
 from bot.pipeline.releases import releases_key, render_releases
 from bot.pipeline.renderer import Renderer
@@ -161,10 +161,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
             bootstrap=present,
         )
         check_stop()
-        findings = [
-            *(f for f in render.findings if not applied_before_flux(f, present)), *run_checks(ctx), *unreached_unsafe_paths(render), *live_provider_findings(providers), *nothing_rendered(render),
-            *(bootstrap_findings(present) if bootstrap else bare_cluster_findings()),
-        ]
+        findings = cluster_findings(ctx, bootstrap)
         cold_start = ctx.cold_start
         stopped = any(t.failed for t in render.tiers.values()) or any(f.check == "render-limit" for f in render.findings)
         if not stopped:

@@ -93,6 +93,7 @@ class RunMemo:
 
     finished: dict[str, tuple[RenderedTier, list[Finding]]] = field(default_factory=dict)  # finish key → tier, findings
     facts: dict[str, TierFacts] = field(default_factory=dict)  # facts key → facts
+    heads: dict[str, list] = field(default_factory=dict)  # blob id → document heads (LineMemo), at most _HEADS_LIMIT
 
 
 class TreeBuild(NamedTuple):
@@ -366,40 +367,35 @@ class FindingsMemo:
             self.cache.put(self.key, (findings, cold_start))
 
 
-_HEADS_BY_CONTENT: dict[str, list] = {}  # blob id → document heads: both sides of a review share most files
-_HEADS_LIMIT = 20_000
+_HEADS_LIMIT = 20_000  # files whose document heads a run keeps
 
 
-def clear_document_heads() -> None:
-    """Forget the document heads by content (the end of the last open run)."""
-    _HEADS_BY_CONTENT.clear()
-
-
-def document_heads(snapshot: Snapshot, rel: str) -> list:
-    """The document heads (kind, name, line) of a repo file, parsed once per content."""
+def document_heads(snapshot: Snapshot, rel: str, by_content: dict[str, list]) -> list:
+    """The document heads (kind, name, line) of a repo file, parsed once per content (`by_content`: blob id → heads)."""
     digest = snapshot.file_digest(rel)
-    heads = _HEADS_BY_CONTENT.get(digest) if digest else None
+    heads = by_content.get(digest) if digest else None
     if heads is None:
         heads = list(read_document_heads(snapshot.read_text(rel) or ""))
         if digest:
-            if len(_HEADS_BY_CONTENT) > _HEADS_LIMIT:
-                _HEADS_BY_CONTENT.clear()
-            _HEADS_BY_CONTENT[digest] = heads
+            if len(by_content) > _HEADS_LIMIT:
+                by_content.clear()
+            by_content[digest] = heads
     return heads
 
 
 class LineMemo:
     """A snapshot's files read as document heads, with the first line of each (kind, name) written there."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, by_content: dict[str, list] | None = None) -> None:
         self.snapshot = snapshot
+        self.by_content = by_content if by_content is not None else {}  # the run's (RunMemo.heads): both sides share most files
         self._files: dict[str, tuple[list, dict[tuple[str, ...], int]]] = {}
 
     def heads(self, rel: str) -> tuple[list, dict[tuple[str, ...], int]]:
         """(document heads, line by kind, name and written namespace, and by kind and name) of a repo file."""
         located = self._files.get(rel)
         if located is None:
-            heads = document_heads(self.snapshot, rel)
+            heads = document_heads(self.snapshot, rel, self.by_content)
             exact: dict[tuple[str, ...], int] = {}
             for head in heads:
                 exact.setdefault((head.kind, head.name, head.namespace), head.line)

@@ -109,7 +109,7 @@ class Renderer:
         self.finished = FinishMemo(cache, memo)
         work = Path(tempfile.mkdtemp(prefix="overlays-", dir=snapshot.root.parent))
         self.builder = TierBuilder(snapshot, binary, work, self.builds, timeout=timeout, max_objects=limits.tier_objects)
-        self.locator = Locator(LineMemo(snapshot))
+        self.locator = Locator(LineMemo(snapshot, memo.heads))
         self._ahead: dict[str, Future[RawTier]] = {}  # builds started before the render asks (`build_ahead`)
         self._ahead_lock = threading.Lock()
         self._config_digest: str | None = None

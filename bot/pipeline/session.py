@@ -20,10 +20,10 @@ from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_v
 from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
 from bot.engine.clusterobjects import ConfigFetcher
-from bot.engine.config import RepoConfig, clear_discoveries, snapshot_config, with_artifact_sources
+from bot.engine.config import RepoConfig, snapshot_config, with_artifact_sources
 from bot.engine.discovery import RenderLimits
 from bot.engine.yamlio import clear_resolve_cache
-from bot.pipeline.memo import RunMemo, clear_document_heads
+from bot.pipeline.memo import RunMemo
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions, ChartStage
 from bot.pipeline.renderer import Renderer
@@ -149,7 +149,7 @@ def _enter_run() -> None:
 def _leave_run(release_memory: bool) -> None:
     """The end of a run; the last open one empties the process-wide caches and hands the freed heap back.
 
-    What a run leaves in a module cache (document heads, scalar tags, cluster discoveries) is small, but it was
+    What a run leaves in a module cache (scalar tags) is small, but it was
     allocated among the run's garbage and pins the heap pages around it: a 60,000-object check kept ~40 MiB
     resident for ~1 MiB of live cache. With them gone, glibc's `malloc_trim` can return the pages (the service
     runs with PYTHONMALLOC=malloc, Dockerfile: pymalloc's 1 MiB arenas are kept whole by one live object).
@@ -158,9 +158,7 @@ def _leave_run(release_memory: bool) -> None:
         _OPEN_RUNS[0] -= 1
         last = _OPEN_RUNS[0] == 0
         if last:
-            clear_document_heads()
             clear_resolve_cache()
-            clear_discoveries()
     if not release_memory:
         return
     if last:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.pipeline import check as engine
 from bot.engine.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
 from bot.service.cli import main
 from bot.engine.config import BootstrapConfig, load_repo_config, snapshot_config
@@ -406,8 +405,10 @@ def test_declared_config_errors(text: str, message: str) -> None:
 
 def test_check_prints_info_lines_and_keeps_the_model_on_the_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    real = engine.run_checks
-    monkeypatch.setattr(engine, "run_checks", lambda ctx: seen.append(ctx.bootstrap) or real(ctx))
+    from bot.engine import verdict  # `cluster_findings` runs the checks
+
+    real = verdict.run_checks
+    monkeypatch.setattr(verdict, "run_checks", lambda ctx: seen.append(ctx.bootstrap) or real(ctx))
     root = repo(tmp_path, {"bootstrap/helmfile.yaml": APPS_HELMFILE})
     report = check_repository(root, "dev")
     lines = [f for f in report.findings if f.check == "bootstrap"]

@@ -1,33 +1,23 @@
-"""Table-driven tests for every public check id, on small repositories rendered with real kustomize.
+"""Table-driven tests for every public check id, on small repositories rendered in memory.
 
-Each case writes a tiny Flux repo (a `clusters/dev` entry listing Flux Kustomizations, one directory
-per tier), runs `check_repository` and asserts the exact set of (check, tier name) pairs the check
-under test reports: a positive and a negative case per check, the seed incident, and "no false
-alarms" on sound repos (including the bundled example).
+Each case is a tiny Flux repo (a `clusters/dev` entry listing Flux Kustomizations, one directory per
+tier) that tests/engine/builders.py renders and checks as `fluxwarden check` does, without kustomize,
+and asserts the exact set of (check, tier name) pairs the check under test reports: a positive and a
+negative case per check and "no false alarms" on sound repos. What needs kustomize itself (patches,
+images, a target namespace, its errors), the build cache, the seed incident and the bundled example run
+end to end in tests/pipeline/test_check.py, which also shows the in-memory render agree with kustomize's.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pytest
-import yaml
 
-from bot.service.cli import main as cli_main
-from bot.engine.config import load_repo_config
-from bot.pipeline.check import CheckOptions, check_repository
-from bot.adapters.kustomize import locate_kustomize
-from bot.engine.model import Severity, TierId
-from bot.pipeline.session import Session
+from bot.engine.model import Severity
 from bot.engine.report import CheckReport
-from bot.adapters.workspace import build_snapshot
-from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO_ROOT / "examples" / "home-ops"
+from tests.engine.builders import check
+from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj
 
 # --------------------------------------------------------------------------------------------
 # building blocks
@@ -63,9 +53,9 @@ def messages(report: CheckReport, check: str) -> list[str]:
     return [f.message for f in report.findings if f.check == check]
 
 
-def run(tmp_path: Path, files: Mapping[str, str], cluster: str = "dev") -> CheckReport:
-    write_tree(tmp_path, files)
-    return check_repository(tmp_path, cluster)
+def run(files: Mapping[str, str], cluster: str = "dev") -> CheckReport:
+    """The report `fluxwarden check` gives for this repository, rendered in memory (tests/engine/builders.py)."""
+    return check(files, cluster)
 
 
 # CDI: the operator manifest ships only the CDI CRD; StorageProfile/DataVolume CRDs appear at run time.
@@ -126,8 +116,8 @@ CYCLE_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, path", CYCLE_CASES)
-def test_dependency_cycle(tmp_path, files, expected, path):
-    report = run(tmp_path, files)
+def test_dependency_cycle(files, expected, path):
+    report = run(files)
     assert found(report, "dependency-cycle") == expected
     if path:
         assert any(path in m for m in messages(report, "dependency-cycle")), messages(report, "dependency-cycle")
@@ -162,8 +152,8 @@ MISSING_DEP_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, hint", MISSING_DEP_CASES)
-def test_missing_dependency(tmp_path, files, expected, hint):
-    report = run(tmp_path, files)
+def test_missing_dependency(files, expected, hint):
+    report = run(files)
     assert found(report, "missing-dependency") == expected
     if hint:
         assert any(hint in m for m in messages(report, "missing-dependency")), messages(report, "missing-dependency")
@@ -191,8 +181,8 @@ KNOCK_ON_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", KNOCK_ON_CASES)
-def test_missing_dependency_knock_on(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_missing_dependency_knock_on(files, expected, needle):
+    report = run(files)
     assert severities(report, "missing-dependency") == expected
     assert any(needle in m for m in messages(report, "missing-dependency")), messages(report, "missing-dependency")
     assert {(f.kustomization.name, f.severity) for f in report.findings if f.check == "render-failed"} == {("apps", Severity.ERROR)}
@@ -352,8 +342,8 @@ API_CASES = [
 
 
 @pytest.mark.parametrize("files, check, expected, needle", API_CASES)
-def test_api_availability(tmp_path, files, check, expected, needle):
-    report = run(tmp_path, files)
+def test_api_availability(files, check, expected, needle):
+    report = run(files)
     assert found(report, check) == expected, [(f.check, str(f.kustomization), f.message) for f in report.findings]
     if needle:
         assert any(needle in m for m in messages(report, check)), messages(report, check)
@@ -382,10 +372,6 @@ PROVIDER_CASES = [
     pytest.param(two_tiers([ISSUER], [CERTIFICATE]), {("missing-provider", "b")}, ["ClusterIssuer letsencrypt"], id="certificate-clusterissuer"),
     pytest.param(two_tiers([INGRESS_CLASS], [INGRESS]), {("missing-provider", "b")}, ["IngressClass traefik"], id="ingress-class"),
     pytest.param(two_tiers([TEAM_NS], [cm("x", "team")]), {("missing-provider", "b")}, ["Namespace team"], id="namespace-in-other-tier"),
-    pytest.param(
-        two_tiers([TEAM_NS], [obj("v1", "ConfigMap", "x", data={"k": "v"})], b_spec={"targetNamespace": "team"}),
-        {("missing-provider", "b")}, ["Namespace team"], id="target-namespace-in-other-tier",
-    ),
     pytest.param(
         two_tiers([ISSUER], [obj("networking.k8s.io/v1", "Ingress", "web", "default", metadata={"name": "web", "namespace": "default", "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}}, spec={})]),
         {("missing-provider", "b")}, ["ClusterIssuer letsencrypt (cert-manager.io/cluster-issuer annotation)"], id="ingress-issuer-annotation",
@@ -423,8 +409,8 @@ PROVIDER_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needles", PROVIDER_CASES)
-def test_missing_provider(tmp_path, files, expected, needles):
-    report = run(tmp_path, files)
+def test_missing_provider(files, expected, needles):
+    report = run(files)
     assert found(report, "missing-provider") == expected
     got = messages(report, "missing-provider")
     assert len(got) == len(needles), got
@@ -458,8 +444,8 @@ PARENT_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", PARENT_CASES)
-def test_parents_and_children(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_parents_and_children(files, expected, needle):
+    report = run(files)
     got = {(f.check, f.kustomization.name) for f in report.findings if f.severity != Severity.INFO}
     assert got == expected, [f.message for f in report.findings]
     if needle:
@@ -525,8 +511,8 @@ DUPLICATE_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", DUPLICATE_CASES)
-def test_duplicate_object(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_duplicate_object(files, expected, needle):
+    report = run(files)
     assert severities(report, "duplicate-object") == expected, messages(report, "duplicate-object")
     if needle:
         assert any(needle in m for m in messages(report, "duplicate-object")), messages(report, "duplicate-object")
@@ -571,15 +557,15 @@ LITERAL_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", LITERAL_CASES)
-def test_literal_token(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_literal_token(files, expected, needle):
+    report = run(files)
     assert found(report, "literal-token") == expected
     if needle:
         assert any(needle in m for m in messages(report, "literal-token")), messages(report, "literal-token")
 
 
-def test_literal_token_optional_external_source_is_reported_as_unchecked(tmp_path):
-    report = run(tmp_path, vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}))
+def test_literal_token_optional_external_source_is_reported_as_unchecked():
+    report = run(vars_repo([cm("a", k="${CLUSTER_NAME}")], {"substituteFrom": [{"kind": "Secret", "name": "external", "optional": True}]}))
     assert found(report, "substitution-source-external") == {("substitution-source-external", "a")}
     assert not [f for f in report.findings if f.severity == Severity.ERROR]
 
@@ -618,86 +604,10 @@ LITERAL_SEVERITY_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", LITERAL_SEVERITY_CASES)
-def test_literal_token_severity(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_literal_token_severity(files, expected, needle):
+    report = run(files)
     assert severities(report, "literal-token") == expected, messages(report, "literal-token")
     assert any(needle in m for m in messages(report, "literal-token")), messages(report, "literal-token")
-
-
-# A `${…}` in the fields a Flux Kustomization carries into its own build (patches, images, namePrefix…)
-# reaches that build and its own postBuild, not its parent's (fluxcd/pkg kustomize GenerateManifest).
-_PATCH_CM = {"target": {"kind": "ConfigMap", "name": "x"}, "patch": "- op: replace\n  path: /data/k\n  value: ${CLUSTER}\n"}
-_CHILD_PATCHES = {"patches": [{"target": {"kind": "Kustomization"}, "patch": yaml.safe_dump([
-    {"op": "add", "path": "/spec/postBuild", "value": {"substitute": {"CLUSTER": "${CLUSTER}"}}},
-])}]}
-_CHILD_ESCAPED_PATCH = {"patches": [{"target": {"kind": "Kustomization"}, "patch": yaml.safe_dump([
-    {"op": "add", "path": "/spec/patches", "value": [{"target": {"kind": "ConfigMap"}, "patch": "- op: add\n  path: /data/app\n  value: $${APP}\n"}]},
-])}]}
-CARRIED_CASES = [
-    pytest.param(
-        # The entry runs no substitution; x's own postBuild substitutes its patch.
-        repo({"x": ks("x", "./x", post_build={"substitute": {"CLUSTER": "dev"}}, patches=[_PATCH_CM])}, {"x": [cm("x")]}),
-        set(), ("x", "x", "k", "dev"), id="child-patch-own-postbuild",
-    ),
-    pytest.param(
-        repo({"x": ks("x", "./x", images=[{"name": "nginx", "newTag": "${VERSION}"}], namePrefix="${CLUSTER}-", post_build={"substitute": {"CLUSTER": "dev", "VERSION": "1.2"}})},
-             {"x": [obj("apps/v1", "Deployment", "web", "default", spec={"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}})]}),
-        set(), None, id="child-images-and-prefix-own-postbuild",
-    ),
-    pytest.param(
-        # x has no postBuild, and the cluster substitutes CLUSTER elsewhere: x (not the entry) ships it literally.
-        repo({"x": ks("x", "./x", patches=[_PATCH_CM]), **_SUBSTITUTING, "b": ks("b", "./b", post_build={"substitute": {"CLUSTER": "dev"}})},
-             {"x": [cm("x")], "b": [cm("b", k="${CLUSTER}")]}),
-        {("literal-token", "x", Severity.ERROR)}, None, id="child-patch-without-postbuild-is-the-childs",
-    ),
-    pytest.param(
-        # commonMetadata is stamped after substitution (kustomize-controller apply): the parent's token,
-        # and x substitutes CLUSTER in its own objects, so it is a mistake.
-        repo({"x": ks("x", "./x", commonMetadata={"labels": {"cluster": "${CLUSTER}"}}, post_build={"substitute": {"CLUSTER": "dev"}})}, {"x": [cm("x")]}),
-        {("literal-token", "flux-system", Severity.ERROR)}, None, id="child-common-metadata-is-the-parents",
-    ),
-    pytest.param(
-        # apps patches every child to receive CLUSTER from its own postBuild (the parent-injected pattern).
-        repo({"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}}, **_CHILD_PATCHES)},
-             {"apps": [ks("web", "./web")], "web": [cm("x", k="${CLUSTER}")]}),
-        set(), ("web", "x", "k", "dev"), id="parent-injected-substitute",
-    ),
-    pytest.param(
-        # apps escapes $${APP}: it hands web a patch with ${APP}, which web's own postBuild substitutes.
-        repo({"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}}, **_CHILD_ESCAPED_PATCH)},
-             {"apps": [ks("web", "./web", post_build={"substitute": {"APP": "web"}})], "web": [cm("x")]}),
-        set(), ("web", "x", "app", "web"), id="parent-injected-escaped-patch",
-    ),
-    pytest.param(
-        # apps injects ${CLUSTER} into its children but has no postBuild: web's CLUSTER is "${CLUSTER}".
-        repo({"apps": ks("apps", "./apps", **_CHILD_PATCHES)}, {"apps": [ks("web", "./web")], "web": [cm("x")]}),
-        {("literal-token", "apps", Severity.ERROR)}, None, id="parent-injected-without-parent-postbuild",
-    ),
-]
-
-
-@pytest.mark.parametrize("files, expected, value", CARRIED_CASES)
-def test_tokens_a_kustomization_carries_into_its_own_build(tmp_path, files, expected, value):
-    report = run(tmp_path / "repo", files)
-    assert severities(report, "literal-token") | severities(report, "undefined-variable") == expected, [f.message for f in report.findings]
-    assert not found(report, "render-failed"), messages(report, "render-failed")
-    if value:
-        tier, name, key, want = value
-        snapshot = build_snapshot(tmp_path / "repo", tmp_path / "snap")
-        render = Session(snapshot, load_repo_config(None), locate_kustomize()).renderer().render_cluster("dev", "clusters/dev")
-        objects = {m.ref.name: m.body for m in render.tiers[TierId("flux-system", tier)].manifests}
-        assert objects[name]["data"][key] == want
-
-
-def test_undefined_variable_in_a_child_spec_suggests_the_escape(tmp_path):
-    # apps substitutes, but APP is meant for web's own postBuild: apps turns it into "" first.
-    files = repo(
-        {"apps": ks("apps", "./apps", post_build={"substitute": {"CLUSTER": "dev"}})},
-        {"apps": [ks("web", "./web", patches=[_PATCH_CM | {"patch": "- op: replace\n  path: /data/k\n  value: ${APP}\n"}], post_build={"substitute": {"APP": "web"}})], "web": [cm("x")]},
-    )
-    report = run(tmp_path, files)
-    assert severities(report, "undefined-variable") == {("undefined-variable", "apps", Severity.ERROR)}
-    assert "write it as $${APP}" in messages(report, "undefined-variable")[0]
 
 
 UNDEFINED_CASES = [
@@ -715,8 +625,8 @@ UNDEFINED_CASES = [
 
 
 @pytest.mark.parametrize("files, expected", UNDEFINED_CASES)
-def test_undefined_variable(tmp_path, files, expected):
-    report = run(tmp_path, files)
+def test_undefined_variable(files, expected):
+    report = run(files)
     got = {(f.check, f.kustomization.name, f.severity) for f in report.findings if f.check == "undefined-variable"}
     assert got == expected
 
@@ -784,8 +694,8 @@ DRIFT_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", DRIFT_CASES)
-def test_graph_drift(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_graph_drift(files, expected, needle):
+    report = run(files)
     assert found(report, "graph-drift") == expected, messages(report, "graph-drift")
     if needle:
         assert any(needle in m for m in messages(report, "graph-drift")), messages(report, "graph-drift")
@@ -794,9 +704,9 @@ def test_graph_drift(tmp_path, files, expected, needle):
             assert finding.location is not None, finding
 
 
-def test_graph_drift_points_at_the_cluster_that_lacks_the_edge(tmp_path):
+def test_graph_drift_points_at_the_cluster_that_lacks_the_edge():
     # dev's c (written in a/objects.yaml) lacks the dependsOn that prod's c (a2/objects.yaml) has.
-    report = run(tmp_path, DRIFT_CASES[7].values[0])
+    report = run(DRIFT_CASES[7].values[0])
     assert [str(f.location) for f in report.findings if f.check == "graph-drift"] == ["a/objects.yaml:1"]
 
 
@@ -823,40 +733,11 @@ TIER_ORDER_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", TIER_ORDER_CASES)
-def test_tier_order_stale(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_tier_order_stale(files, expected, needle):
+    report = run(files)
     assert found(report, "tier-order-stale") == expected
     if needle:
         assert any(needle in m for m in messages(report, "tier-order-stale")), messages(report, "tier-order-stale")
-
-
-# --------------------------------------------------------------------------------------------
-# render-failed
-
-RENDER_CASES = [
-    pytest.param(
-        repo({"a": ks("a", "./a")}, {}, extra={"a/kustomization.yaml": kustomization("present.yaml", "absent.yaml"), "a/present.yaml": dump(cm("a"))}),
-        {("render-failed", "a")}, "absent.yaml", id="missing-resource-file",
-    ),
-    pytest.param(repo({"a": ks("a", "./nowhere")}, {}), {("render-failed", "a")}, "nowhere", id="path-not-found"),
-    pytest.param(
-        repo({"a": ks("a", "./a")}, {}, extra={"a/kustomization.yaml": kustomization("bad.yaml"), "a/bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x\n"}),
-        {("render-failed", "a")}, None, id="invalid-yaml",
-    ),
-    pytest.param(repo({"a": ks("a", "./a")}, {"a": [cm("a")]}), set(), None, id="neg-builds"),
-]
-
-
-@pytest.mark.parametrize("files, expected, needle", RENDER_CASES)
-def test_render_failed(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
-    assert found(report, "render-failed") == expected
-    got = messages(report, "render-failed")
-    if needle:
-        assert any(needle in m for m in got), got
-    for message in got:
-        assert "/tmp" not in message and str(tmp_path) not in message, message
-        assert not re.search(r"(?<![\w.])/(?:home|root|var|usr|work|private)/", message), message
 
 
 # --------------------------------------------------------------------------------------------
@@ -875,8 +756,8 @@ SOUND_CASES = [
 
 
 @pytest.mark.parametrize("files", SOUND_CASES)
-def test_no_false_alarms(tmp_path, files):
-    report = run(tmp_path, files)
+def test_no_false_alarms(files):
+    report = run(files)
     # A chart no test can fetch (no network) is a note that its CRDs come from the knowledge base, not an alarm.
     assert [(f.check, str(f.kustomization), f.message) for f in report.findings if not _chart_note(f)] == []
 
@@ -885,95 +766,8 @@ def _chart_note(finding) -> bool:
     return finding.check == "chart-not-rendered" and finding.severity is Severity.INFO
 
 
-# (Not the duplicate Kustomization case: which definition the render keeps is the first finished.)
-CACHED_CASES = [
-    pytest.param(case.values[0], id=case.id)
-    for case in (*API_CASES, *PROVIDER_CASES, *SOUND_CASES, *DRIFT_CASES, *DUPLICATE_CASES)
-    if case.id != "neg-kustomization-objects"
-]
-
-
-@pytest.mark.parametrize("files", CACHED_CASES)
-def test_cached_facts_give_the_same_findings(tmp_path, files):
-    """A second check takes every tier's facts from the cache and loads none of its objects: same findings, same lines."""
-    write_tree(tmp_path / "repo", files)
-    options = CheckOptions(cache_dir=tmp_path / "cache")
-    first = check_repository(tmp_path / "repo", "dev", options)
-    assert _spoil_cached_objects(tmp_path / "cache")
-    assert check_repository(tmp_path / "repo", "dev", options).findings == first.findings
-
-
-def _spoil_cached_objects(cache: Path) -> int:
-    """Make every cached finished tier's objects unreadable: a check that reads one fails."""
-    stored = list(cache.rglob("finished-*-objects.pickle"))
-    for path in stored:
-        path.write_bytes(b"not a pickle")
-    return len(stored)
-
-
-def test_example_repo_from_cached_facts(tmp_path):
-    options = CheckOptions(cache_dir=tmp_path / "cache")
-    first = {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")}
-    assert _spoil_cached_objects(tmp_path / "cache")
-    assert {cluster: check_repository(EXAMPLE, cluster, options) for cluster in ("dev", "prod")} == first
-
-
-@pytest.mark.parametrize("cluster", ["dev", "prod"])
-def test_example_repo_only_stale_tier_order(cluster):
-    report = check_repository(EXAMPLE, cluster)
-    # The CDI CR's readiness gap: platform-config's wait: true passes before StorageProfile's CRD exists.
-    # (The example's charts come from public registries, out of a test's reach: notes, not findings.)
-    assert [(f.check, f.kustomization.name if f.kustomization else None, f.severity) for f in report.findings if not _chart_note(f)] == [
-        ("dependency-not-waited", "platform-config-cdi", Severity.WARNING),
-        ("tier-order-stale", "platform-config-cdi", Severity.WARNING),
-        ("bootstrap", None, Severity.INFO),  # standup.sh resumes the tiers in TIER_ORDER, each Ready before the next
-    ], [f.message for f in report.findings]
-    gap = report.findings[0].message
-    assert "may fail once" in gap and "healthCheckExprs" in gap and "CDI" in gap
-    assert cli_main(["check", "--repo", str(EXAMPLE), "--cluster", cluster, "--output", "/dev/null"]) == 0  # warnings only
-
-
-# --------------------------------------------------------------------------------------------
-# the seed incident: StorageProfiles applied next to the CDI CR
-
-
-def _pre_fix(root: Path) -> None:
-    """Undo the seed's fix: profiles back in platform-config, no platform-config-cdi tier."""
-    shutil.move(root / "platform-config-cdi" / "cdi-storageprofiles.yaml", root / "platform-config" / "cdi-storageprofiles.yaml")
-    shutil.rmtree(root / "platform-config-cdi")
-    kfile = root / "platform-config" / "kustomization.yaml"
-    doc = yaml.safe_load(kfile.read_text())
-    doc["resources"].append("cdi-storageprofiles.yaml")
-    kfile.write_text(yaml.safe_dump(doc))
-    (root / "clusters" / "base" / "platform-config-cdi.yaml").unlink()
-    base = root / "clusters" / "base" / "kustomization.yaml"
-    doc = yaml.safe_load(base.read_text())
-    doc["resources"].remove("platform-config-cdi.yaml")
-    base.write_text(yaml.safe_dump(doc))
-    vms = root / "clusters" / "base" / "apps-vms.yaml"
-    doc = yaml.safe_load(vms.read_text())
-    doc["spec"]["dependsOn"] = [d for d in doc["spec"]["dependsOn"] if d["name"] != "platform-config-cdi"]
-    vms.write_text(yaml.safe_dump(doc))
-
-
-def test_seed_incident_pre_fix_is_second_order_crd(tmp_path, capsys):
-    root = tmp_path / "home-ops"
-    shutil.copytree(EXAMPLE, root)
-    _pre_fix(root)
-    report = check_repository(root, "prod")
-    seed = [f for f in report.findings if f.check == "second-order-crd"]
-    assert {(str(f.kustomization), f.object.kind) for f in seed} == {("flux-system/platform-config", "StorageProfile")}
-    assert seed[0].severity == Severity.ERROR
-    assert "StorageProfile" in seed[0].message and "CDI cdi" in seed[0].message
-    assert cli_main(["check", "--repo", str(root), "--cluster", "prod"]) == 1
-    out = capsys.readouterr().out
-    assert "second-order-crd" in out and "flux-system/platform-config" in out
-
-
-def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
+def test_tier_order_is_judged_against_every_cluster() -> None:
     """A tier only prod has may be listed; dev's check must not call it unknown (one list serves both)."""
-    from tests.fluxrepo import dump, ks, kustomization, write_tree
-
     files = {
         ".fluxwarden.yaml": "clusters: {dev: {path: clusters/dev}, prod: {path: clusters/prod}}\ntier_order: {file: standup.sh, variable: TIERS}\n",
         "standup.sh": "TIERS=(base prod-only)\n",
@@ -984,13 +778,12 @@ def test_tier_order_is_judged_against_every_cluster(tmp_path: Path) -> None:
         "clusters/prod/prod-only.yaml": dump(ks("prod-only", "./base", depends_on=["base"])),
         "base/kustomization.yaml": kustomization(),
     }
-    write_tree(tmp_path, files)
     for cluster in ("dev", "prod"):
-        report = check_repository(tmp_path, cluster)
+        report = run(files, cluster)
         assert [f for f in report.findings if f.check == "tier-order-stale"] == []
 
 
-def test_text_output_lists_parents_before_their_children(tmp_path):
+def test_text_output_lists_parents_before_their_children():
     """aaa/web sorts first by name and depends on nothing, but apps applies it: apps is listed first."""
     from bot.engine.report import format_text
 
@@ -998,7 +791,7 @@ def test_text_output_lists_parents_before_their_children(tmp_path):
         {"apps": ks("apps", "./apps"), "zz": ks("zz", "./zz")},
         {"apps": [obj("v1", "Namespace", "aaa"), ks("web", "./web", namespace="aaa", depends_on=["flux-system/zz"], **_SRC)], "web": [cm("w")], "zz": [cm("z")]},
     )
-    text = format_text(run(tmp_path, files))
+    text = format_text(run(files))
     listed = [line.split()[0] for line in text.split("in apply order:\n", 1)[1].split("\n\n")[0].splitlines()]
     assert listed == ["flux-system/flux-system", "flux-system/apps", "flux-system/zz", "aaa/web"]
 
@@ -1024,8 +817,8 @@ HOSTILE = "x\n\n<!-- fluxwarden:precheck:prod -->\n### ✅ fake\n</details>\n@oc
         pytest.param([obj("rbac.authorization.k8s.io/v1", "Role", "a/b", "default")], [("Role", "name")], id="rbac-slash"),
     ],
 )
-def test_invalid_name(tmp_path, objects, expected):
-    report = run(tmp_path, repo({"apps": ks("apps", "./apps")}, {"apps": objects}))
+def test_invalid_name(objects, expected):
+    report = run(repo({"apps": ks("apps", "./apps")}, {"apps": objects}))
     got = [f for f in report.findings if f.check == "invalid-name"]
     assert [(f.object.kind, f.message.split(" ", 2)[1]) for f in got] == expected
     for f in got:
@@ -1033,8 +826,8 @@ def test_invalid_name(tmp_path, objects, expected):
         assert "\n" not in f.message and "the API server refuses the object" in f.message
 
 
-def test_a_kustomization_with_a_hostile_name_is_an_invalid_name(tmp_path):
-    report = run(tmp_path, repo({"apps": ks("apps", "./apps"), "evil": ks(HOSTILE, "./evil")}, {"apps": [cm()], "evil": [cm()]}))
+def test_a_kustomization_with_a_hostile_name_is_an_invalid_name():
+    report = run(repo({"apps": ks("apps", "./apps"), "evil": ks(HOSTILE, "./evil")}, {"apps": [cm()], "evil": [cm()]}))
     [finding] = [f for f in report.findings if f.check == "invalid-name"]
     assert finding.object.kind == "Kustomization" and finding.object.name == HOSTILE
     assert "\\n\\n<!-- fluxwarden:precheck:prod -->" in finding.message  # shown escaped, on one line
@@ -1100,18 +893,18 @@ UNKNOWN_GRAPH_CASES = [
 
 
 @pytest.mark.parametrize("files, expected, needle", UNKNOWN_GRAPH_CASES)
-def test_unknown_kind_judged_by_the_graph(tmp_path, files, expected, needle):
-    report = run(tmp_path, files)
+def test_unknown_kind_judged_by_the_graph(files, expected, needle):
+    report = run(files)
     assert severities(report, "unknown-kind") == expected, [(f.check, str(f.kustomization), f.message) for f in report.findings]
     assert any(needle in m for m in messages(report, "unknown-kind")), messages(report, "unknown-kind")
 
 
-def test_unknown_kind_is_one_finding_per_kind_listing_tiers(tmp_path):
+def test_unknown_kind_is_one_finding_per_kind_listing_tiers():
     files = repo(
         {n: ks(n, f"./{n}") for n in ("a", "b", "c")},
         {"a": [RESTORE], "b": [obj("kopiur.home-operations.com/v1alpha1", "Restore", "b1", "default", spec={})], "c": [cm("c")]},
     )
-    report = run(tmp_path, files)
+    report = run(files)
     unknown = [f for f in report.findings if f.check == "unknown-kind"]
     assert len(unknown) == 1, [f.message for f in unknown]
     assert unknown[0].severity is Severity.WARNING
@@ -1121,14 +914,14 @@ def test_unknown_kind_is_one_finding_per_kind_listing_tiers(tmp_path):
     assert "runtime_crds only if an operator creates it at run time" in unknown[0].message
 
 
-def test_cr_whose_chart_is_installed_by_a_child_tier_deadlocks(tmp_path):
+def test_cr_whose_chart_is_installed_by_a_child_tier_deadlocks():
     """A tier applies CRs whose CRD only a HelmRelease in a Kustomization it applies itself can install: its
     final stage's dry-run fails, the child is never written, the chart never installed (mirceanton-shaped)."""
     files = repo(
         {"infra": ks("infra", "./infra")},
         {"infra": [ISSUER, ks("cert-manager", "./cert-manager")], "cert-manager": [CERT_MANAGER_NS, JETSTACK, cert_manager()]},
     )
-    report = run(tmp_path, files)
+    report = run(files)
     errors = [f for f in report.findings if f.severity is Severity.ERROR and f.check == "crd-not-ordered"]
     assert [(f.kustomization.name, f.object.kind) for f in errors] == [("infra", "ClusterIssuer")], [f.message for f in report.findings]
     assert "never becomes Ready" in errors[0].message
@@ -1151,14 +944,14 @@ def _crossplane_platform(*packages: str) -> dict[str, str]:
     )
 
 
-def test_crossplane_provider_kubernetes_does_not_serve_aws_kinds(tmp_path: Path) -> None:
-    report = run(tmp_path / "k8s", _crossplane_platform("xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0"))
+def test_crossplane_provider_kubernetes_does_not_serve_aws_kinds() -> None:
+    report = run(_crossplane_platform("xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0"))
     unknown = [f for f in report.findings if f.check == "unknown-kind"]
     assert [f.object.kind for f in unknown if f.severity is Severity.WARNING] == ["Role"], [f.message for f in unknown]
     role = next(f for f in unknown if f.object.kind == "Role")
     assert "Provider.pkg.crossplane.io whose package serves iam.aws.upbound.io; this cluster's (xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0) do not" in role.message
     assert not [f for f in unknown if f.object.kind == "Object" and f.severity is not Severity.INFO]
-    both = run(tmp_path / "aws", _crossplane_platform(
+    both = run(_crossplane_platform(
         "xpkg.upbound.io/crossplane-contrib/provider-kubernetes:v0.15.0", "xpkg.upbound.io/upbound/provider-aws-iam:v1.14.0",
     ))
     assert not [f for f in both.findings if f.check == "unknown-kind" and f.severity is not Severity.INFO], [f.message for f in both.findings]

@@ -1,0 +1,366 @@
+"""Build a `ClusterRender` and a `CheckContext` from in-memory manifests: no kustomize, no pipeline, no disk.
+
+A repository is a mapping of repo paths to text (as tests/fluxrepo.py writes them). Each tier's build is
+the objects of the files its `kustomization.yaml` lists under `resources`, in kustomize's legacy output
+order, with kustomize's origin annotation; anything else a build would need kustomize for (patches,
+images, a name prefix or suffix, a target namespace, components, generators, directories as resources,
+a path with no kustomization file) raises `NeedsKustomize`: such a case belongs to the end-to-end tests.
+
+From there the engine's own rules run as the pipeline runs them: `finish_tier` (substitution,
+commonMetadata), `child_specs`/`bootstrap_spec` (discovery), the facts, the providers, the bootstrap,
+the checks and `cluster_findings`. tests/pipeline/test_checks_e2e.py shows that a render made here and
+one made through kustomize agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import textwrap
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+import yaml
+
+from bot.engine.bootstrap import Bootstrap, discover_bootstrap
+from bot.engine.checks import CheckContext
+from bot.engine.config import RepoConfig, cluster_entry, known_clusters, snapshot_config
+from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry
+from bot.engine.facts import ObjectStub, TierFacts, tier_facts
+from bot.engine.finish import finish_key, finish_tier, parse_output, sources_present, tier_variables, with_injected
+from bot.engine.flux import OperatorSync, entry_tier
+from bot.engine.graph import TierGraph
+from bot.engine.knowledge import KnowledgeBase, default_knowledge
+from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
+from bot.engine.providers import ProviderIndex
+from bot.engine.rendered import (
+    ORIGIN_ANNOTATION, ClusterRender, DocumentIndex, RawDocument, RawTier, RenderedRelease, RenderedTier, redefined, render_failed, same_tier,
+)
+from bot.engine.report import CheckReport
+from bot.engine.tree import KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
+from bot.engine.verdict import build_report, cluster_findings
+from bot.engine.yamlio import FastSafeLoader, document_heads
+
+Files = Mapping[str, str]
+
+
+class NeedsKustomize(AssertionError):
+    """The case asks for something only a real kustomize build gives: test it end to end."""
+
+
+# kustomize's legacy output order (kustomize api/resid/gvk.go `orderFirst`, `orderLast`): these kinds first,
+# in this order, then every other kind, then webhooks; within a kind by apiVersion, namespace and name.
+_ORDER_FIRST = (
+    "Namespace", "ResourceQuota", "StorageClass", "CustomResourceDefinition", "ServiceAccount", "PodSecurityPolicy", "Role",
+    "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "Secret", "Endpoints", "Service", "LimitRange",
+    "PriorityClass", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "StatefulSet", "CronJob", "PodDisruptionBudget",
+)
+_ORDER_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+_KUSTOMIZE_KEYS = {"apiVersion", "kind", "resources"}
+_SPEC_FIELDS_FOR_KUSTOMIZE = ("patches", "images", "name_prefix", "name_suffix", "target_namespace", "components")
+
+
+class MemoryTree:
+    """A repository held in memory (implements engine/tree.RepoTree): no symlinks, nothing refused."""
+
+    def __init__(self, files: Files) -> None:
+        self.files = {path: textwrap.dedent(text).lstrip("\n") for path, text in files.items()}
+        self.dirs: set[str] = {""}
+        for path in self.files:
+            while (path := posixpath.dirname(path)) and path not in self.dirs:
+                self.dirs.add(path)
+        self._identity = hashlib.sha256(repr(sorted(self.files.items())).encode()).hexdigest()
+        self.memo: dict[Hashable, Any] = {}
+
+    refused: tuple[RefusedPath, ...] = ()
+    has_symlinks = False
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def read_config(self) -> str | None:
+        return self.files.get(".fluxwarden.yaml")
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        text = self.files.get(rel)
+        return text.encode() if text is not None else None
+
+    def read_text(self, rel: str) -> str | None:
+        return self.files.get(rel)
+
+    def is_dir(self, rel: str) -> bool:
+        return rel in self.dirs
+
+    def is_file(self, rel: str) -> bool:
+        return rel in self.files
+
+    def exists(self, rel: str) -> bool:
+        return rel in self.files or rel in self.dirs
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        prefix = f"{rel}/" if rel else ""
+        subdirs = sorted({d[len(prefix):] for d in self.dirs if d and d.startswith(prefix) and "/" not in d[len(prefix):]})
+        names = sorted({f[len(prefix):] for f in self.files if f.startswith(prefix) and "/" not in f[len(prefix):]})
+        return subdirs, names
+
+    def has_kustomization(self, rel: str) -> bool:
+        return any(posixpath.join(rel, name) in self.files for name in KUSTOMIZATION_FILES)
+
+    def file_digest(self, rel: str) -> str | None:
+        data = self.read_bytes(rel)
+        return blob_id(data) if data is not None else None
+
+    def entries(self, rel: str) -> list[str]:
+        subdirs, names = self.list_dir(rel)
+        return sorted(subdirs + names)
+
+    def real_path(self, rel: str) -> str | None:
+        return normalise_repo_path(rel)
+
+
+def locate(tree: MemoryTree) -> Callable[[Manifest | ObjectStub], SourceLocation | None]:
+    """The `file:line` of an object's document, found as bot/pipeline/build.py `Locator` finds it."""
+
+    def located(manifest: Manifest | ObjectStub) -> SourceLocation | None:
+        origin = manifest.origin
+        if origin is None or origin.line is not None:
+            return origin
+        heads = list(document_heads(tree.read_text(origin.file) or ""))
+        exact: dict[tuple[str, ...], int] = {}
+        for head in heads:
+            exact.setdefault((head.kind, head.name, head.namespace), head.line)
+            exact.setdefault((head.kind, head.name), head.line)
+        ref = manifest.ref
+        line = exact.get((ref.kind, ref.name, ref.namespace)) or exact.get((ref.kind, ref.name, "")) or exact.get((ref.kind, ref.name))
+        if line is not None:
+            return SourceLocation(origin.file, line)
+        return origin
+
+    return located
+
+
+def build(tree: MemoryTree, spec: TierSpec) -> RawTier:
+    """A tier's build as kustomize would print it for a kustomization that only lists files (see the module doc)."""
+    unsupported = [name for name in _SPEC_FIELDS_FOR_KUSTOMIZE if getattr(spec, name)]
+    if unsupported:
+        raise NeedsKustomize(f"{spec.id} sets {', '.join(unsupported)}")
+    root = tree.real_path(spec.path)
+    if root is None or not tree.is_dir(root):
+        return RawTier(spec, failed=True, findings=(render_failed(spec.id, f"path {spec.path or '.'!r} not found in the repository", spec.origin),))
+    kfile = next((posixpath.join(root, n) for n in KUSTOMIZATION_FILES if tree.is_file(posixpath.join(root, n))), None)
+    if kfile is None:
+        raise NeedsKustomize(f"{root} has no kustomization file (Flux generates one)")
+    doc = yaml.safe_load(tree.read_text(kfile) or "") or {}
+    if set(doc) - _KUSTOMIZE_KEYS:
+        raise NeedsKustomize(f"{kfile} uses {', '.join(sorted(set(doc) - _KUSTOMIZE_KEYS))}")
+    inputs = {root, kfile}
+    bodies: list[tuple[str, Mapping[str, Any]]] = []
+    for resource in doc.get("resources") or []:
+        path = normalise_repo_path(posixpath.join(root, resource))
+        if path is None or tree.is_dir(path):
+            raise NeedsKustomize(f"{kfile} lists {resource!r}, not a file in the tier")
+        text = tree.read_text(path)
+        if text is None:
+            message = f"accumulating resources: {resource} not found (as kustomize fails)"
+            return RawTier(spec, inputs=frozenset(inputs), failed=True, findings=(render_failed(spec.id, message, spec.origin),))
+        inputs.add(path)
+        try:
+            loaded = [b for b in yaml.safe_load_all(text) if b is not None]
+        except yaml.YAMLError as exc:
+            message = f"{resource}: not valid YAML ({exc.__class__.__name__}, as kustomize fails)"
+            return RawTier(spec, inputs=frozenset(inputs), failed=True, findings=(render_failed(spec.id, message, spec.origin),))
+        bodies += [(posixpath.relpath(path, root or "."), b) for b in loaded]
+    bodies.sort(key=lambda pair: _legacy_order(pair[1]))
+    text = "---\n".join(yaml.dump(_with_origin(body, origin), Dumper=_KustomizeDumper, sort_keys=True) for origin, body in bodies)
+    documents = parse_output(text, root)
+    return RawTier(spec, documents=tuple(documents), inputs=frozenset(inputs), index=DocumentIndex.of(documents))
+
+
+class _KustomizeDumper(yaml.SafeDumper):
+    """YAML as kustomize writes it for our reader: a string go-yaml v2 would read as another type (`y`, `on`, `1`) is quoted."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    try:
+        plain = isinstance(yaml.load(value, Loader=FastSafeLoader), str) and "\n" not in value
+    except yaml.YAMLError:
+        plain = False
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain else '"')
+
+
+_KustomizeDumper.add_representer(str, _represent_str)
+
+
+def _legacy_order(body: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    kind = str(body.get("kind", ""))
+    rank = _ORDER_FIRST.index(kind) if kind in _ORDER_FIRST else len(_ORDER_FIRST) + 1 + (_ORDER_LAST.index(kind) if kind in _ORDER_LAST else -1)
+    meta = body.get("metadata") or {}
+    return rank, f"{body.get('apiVersion', '')}/{kind}", str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _with_origin(body: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    meta = dict(body.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), ORIGIN_ANNOTATION: f"path: {origin}\n"}
+    return {**body, "metadata": meta}
+
+
+@dataclass
+class _Pass:
+    """One pass over a cluster from an entry spec, as bot/pipeline/renderer.py `_ClusterPass` runs it, one build at a time."""
+
+    tree: MemoryTree
+    config: RepoConfig
+    entry: str
+    entry_spec: TierSpec
+    graph_only: bool
+    injected: tuple[SubstituteFrom, ...]
+    limits: RenderLimits
+
+    def run(self, last: bool) -> tuple[dict[TierId, RenderedTier], list[Finding], TierSpec | None]:
+        self.tiers: dict[TierId, RenderedTier] = {}
+        self.findings: list[Finding] = []
+        self.objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
+        self.scheduled = {self.entry_spec.id: self.entry_spec}
+        self.lineage = {self.entry_spec.id: (self.entry_spec,)}
+        self.pending = [self.entry_spec]
+        self.objects_rendered = 0
+        locate_ = locate(self.tree)
+        built: dict[TierId, RawTier] = {}
+        while self.pending or built:
+            for spec in self.pending:
+                raw = build(self.tree, spec)
+                built[raw.spec.id] = raw
+                self.findings.extend(raw.findings)
+                for key, position in raw.document_index.config.items():
+                    self.objects.setdefault(key, (raw.documents, position))
+            self.pending = []
+            for tid in list(built):
+                raw = built[tid]
+                if self.pending and not sources_present(with_injected(raw.spec, self.injected), self.objects):
+                    continue
+                del built[tid]
+                rendered, tier_findings = self._finish(raw)
+                if tid == self.entry_spec.id:
+                    own = bootstrap_spec(rendered, self.entry, self.config, locate_)
+                    if own is not None and not same_tier(own, self.entry_spec) and not last:
+                        return {}, [], own
+                    if own is not None and same_tier(own, self.entry_spec):
+                        self.entry_spec = own
+                        rendered = replace(rendered, spec=own)
+                self.tiers[tid] = rendered
+                self.objects_rendered += len(rendered.manifests)
+                self.findings.extend(tier_findings)
+                self._follow(tid, rendered, locate_)
+        better = None
+        if self.entry_spec.origin is None and not last:
+            better = operator_entry(self.tiers, self.entry, self.entry_spec, self.findings, self.config, locate_, _no_patches)
+        return self.tiers, self.findings, better
+
+    def _finish(self, raw: RawTier) -> tuple[RenderedTier, list[Finding]]:
+        spec = with_injected(raw.spec, self.injected)
+        raw = raw if spec is raw.spec else replace(raw, spec=spec)
+        if raw.failed and not raw.documents:
+            return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
+        variables = tier_variables(spec, self.objects)
+        strict = self.config.strict_substitution
+        key = None if self.graph_only and not raw.document_index.kustomizations else finish_key(raw, variables, self.graph_only, strict)
+        return finish_tier(raw, variables, root=self.tree.real_path(spec.path) or spec.path, strict=strict, graph_only=self.graph_only, key=key)
+
+    def _follow(self, tid: TierId, rendered: RenderedTier, locate_: Callable[[Manifest], SourceLocation | None]) -> None:
+        for spec in child_specs(rendered, self.entry, self.config, locate_, self.findings):
+            if spec.id in self.scheduled:
+                if not same_tier(self.scheduled[spec.id], spec) and spec.id != self.entry_spec.id:
+                    self.findings.append(render_failed(spec.id, redefined(self.scheduled[spec.id], spec), spec.origin, Severity.WARNING))
+                continue
+            chain = (*self.lineage.get(tid, (rendered.spec,)), spec)
+            beyond = self.limits.beyond(chain, len(self.scheduled), self.objects_rendered, 0)
+            if beyond is not None:
+                self.tiers[spec.id] = RenderedTier(spec=spec, failed=True)
+                self.findings.append(Finding("render-limit", Severity.ERROR, beyond, kustomization=spec.id, location=spec.origin))
+                continue
+            self.scheduled[spec.id] = spec
+            self.lineage[spec.id] = chain
+            if rendered.spec.kube_config is not None:
+                self._not_rendered(
+                    replace(spec, kube_config=rendered.spec.kube_config),
+                    f"{spec.id} is applied by {tid} to the cluster of {rendered.spec.kube_config}; it is reconciled there, not rendered here",
+                )
+            elif spec.source.kind == "ExternalArtifact":
+                raise NeedsKustomize(f"{spec.id} applies an ExternalArtifact")
+            elif self.config.is_this_repo(spec.source):
+                self.pending.append(in_repo(spec, self.config))
+            else:
+                self._not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
+
+    def _not_rendered(self, spec: TierSpec, message: str) -> None:
+        self.tiers[spec.id] = RenderedTier(spec=spec)
+        self.findings.append(Finding("not-rendered", Severity.INFO, message, kustomization=spec.id, location=spec.origin))
+
+
+def _no_patches(sync: OperatorSync, tier: TierId, origin: SourceLocation | None, findings: list[Finding]) -> Mapping[str, Any]:
+    if sync.patches:
+        raise NeedsKustomize("a FluxInstance's kustomize.patches")
+    return sync.kustomization
+
+
+def render(
+    files: Files | MemoryTree, cluster: str = "dev", *, entry: str | None = None, graph_only: bool = False,
+    releases: Iterable[RenderedRelease] = (), limits: RenderLimits = RenderLimits(),
+) -> ClusterRender:
+    """One cluster of an in-memory repository rendered as the pipeline renders it, kustomize aside (see the module doc).
+
+    `releases` stand for what the chart stage (bot/pipeline/releases.py) rendered of its HelmReleases.
+    """
+    tree = files if isinstance(files, MemoryTree) else MemoryTree(files)
+    config = snapshot_config(tree)
+    entry = entry if entry is not None else cluster_entry(config, cluster, tree)
+    entry_spec = entry_tier(entry)
+    for attempt in range(3):
+        tiers, findings, better = _Pass(tree, config, entry, entry_spec, graph_only, config.cluster_substitutes.get(cluster, ()), limits).run(last=attempt == 2)
+        if better is None:
+            break
+        entry_spec = better
+    return ClusterRender(cluster, entry, tiers, tuple(findings), tree, releases={r.ref: r for r in releases})
+
+
+def context(
+    cluster_render: ClusterRender, *, config: RepoConfig | None = None, knowledge: KnowledgeBase | None = None,
+    bootstrap: Bootstrap | bool = True, other_graphs: Mapping[str, TierGraph] | None = None,
+) -> CheckContext:
+    """The `CheckContext` bot/pipeline/check.py `analyse` makes for a render.
+
+    `bootstrap`: True discovers it from the render's tree, False is a bare cluster, a `Bootstrap` is taken as given.
+    `other_graphs`: None renders the tree's other clusters (graph only) for graph-drift.
+    """
+    tree = cluster_render.snapshot
+    config = config if config is not None else snapshot_config(tree)
+    if knowledge is None:
+        knowledge = default_knowledge().with_user_rules(list(config.runtime_crds)).with_aliases(config.chart_aliases)
+    facts: dict[TierId, TierFacts] = {tid: tier_facts(t.manifests, knowledge) for tid, t in cluster_render.tiers.items()}
+    if other_graphs is None:
+        assert isinstance(tree, MemoryTree)
+        other_graphs = {
+            name: TierGraph(t.spec for t in render(tree, name, entry=path, graph_only=True).tiers.values())
+            for name, path in sorted(known_clusters(config, tree).items())
+            if name != cluster_render.cluster
+        }
+    if isinstance(bootstrap, bool):
+        bootstrap = discover_bootstrap(tree, config, cluster_render, facts, knowledge) if bootstrap else Bootstrap()
+    return CheckContext(
+        render=cluster_render,
+        graph=TierGraph(t.spec for t in cluster_render.tiers.values()),
+        providers=ProviderIndex(cluster_render, knowledge, facts),
+        facts=facts,
+        config=config,
+        other_graphs=other_graphs,
+        locate=locate(tree) if isinstance(tree, MemoryTree) else (lambda m: m.origin),
+        bootstrap=bootstrap,
+    )
+
+
+def check(files: Files, cluster: str = "dev", *, bootstrap: bool = True, releases: Iterable[RenderedRelease] = ()) -> CheckReport:
+    """`fluxwarden check` of one cluster of an in-memory repository, kustomize aside: the same findings, in the same order."""
+    ctx = context(render(files, cluster, releases=releases), bootstrap=bootstrap)
+    return build_report(ctx.render, ctx.graph, cluster_findings(ctx, bootstrap), ctx.cold_start)
+
