@@ -408,6 +408,29 @@ PROVIDER_CASES = [
 ]
 
 
+PROVIDER_SEVERITY_CASES = [
+    # A StorageClass, ClusterIssuer or IngressClass that arrives later is a delay: the PVC stays Pending, then binds.
+    pytest.param(two_tiers([LONGHORN_VM], [PVC]), Severity.INFO, "a delay on a cold start, not a failure", id="storageclass-later-is-a-delay"),
+    pytest.param(two_tiers([ISSUER], [CERTIFICATE]), Severity.INFO, "ClusterIssuer exists and its controller acts once it does", id="clusterissuer-later-is-a-delay"),
+    # A missing Namespace fails the tier's dry-run: still a warning.
+    pytest.param(two_tiers([TEAM_NS], [cm("x", "team")]), Severity.WARNING, "Namespace team", id="namespace-stays-a-warning"),
+    # The provider's tier waits for the user's own: if the user waits for its PVC, neither becomes Ready.
+    pytest.param(
+        repo({"a": ks("a", "./a", depends_on=["b"]), "b": ks("b", "./b", wait=True)}, {"a": [LONGHORN_VM], "b": [PVC]}),
+        Severity.WARNING, "flux-system/a waits for flux-system/b itself", id="provider-waits-for-its-user",
+    ),
+]
+
+
+@pytest.mark.parametrize("files, severity, needle", PROVIDER_SEVERITY_CASES)
+def test_missing_provider_severity(files, severity, needle):
+    """bjw-s-labs/home-ops and mirceanton/home-ops: ~30 PVCs each on a StorageClass from a tier they do not depend on.
+    Kubernetes accepts them and binds them once the class exists: info, not a warning a Flux expert would dispute."""
+    report = run(files)
+    [finding] = [f for f in report.findings if f.check == "missing-provider"]
+    assert finding.severity is severity and needle in finding.message, (finding.severity, finding.message)
+
+
 @pytest.mark.parametrize("files, expected, needles", PROVIDER_CASES)
 def test_missing_provider(files, expected, needles):
     report = run(files)

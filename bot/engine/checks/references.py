@@ -33,7 +33,7 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
                 continue
             owner_names = name_list(str(o) for o in owners)
             first = objects[0]
-            severity, cold = _by_cold_start(ctx, tier_id, owners, name if kind == "Namespace" else None)
+            severity, cold = _by_cold_start(ctx, tier_id, owners, kind, name)
             yield Finding(
                 "missing-provider",
                 severity,
@@ -46,17 +46,19 @@ def missing_provider(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId], namespace: str | None = None) -> tuple[Severity, str]:
-    """Info when only the bootstrap holds `tier` until an owner is Ready; else a warning, with the chain
-    when the simulated cold start never applies the provider.
+def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId], kind: str, name: str) -> tuple[Severity, str]:
+    """How much a provider that may arrive after its user matters on a cold start.
 
     A missing Namespace fails the dry-run of the objects in it, hence the tier's apply: an error when
     the tier never becomes Ready for it, a warning with the delay when it retries. Any other provider
-    (a PVC's StorageClass, a Certificate's ClusterIssuer) is accepted while it does not exist yet; the
-    tier that never applies it carries its own error.
+    (a PVC's StorageClass, a Certificate's ClusterIssuer, an Ingress's IngressClass) is accepted while it
+    does not exist yet, and its controller acts once it does (a PVC stays Pending, then binds): a delay,
+    so info, unless the provider is never applied or waits for this very tier (whose workloads may wait
+    for it: then neither becomes Ready), which stay warnings. Info too when only the bootstrap orders them.
     """
     simulation = ctx.simulation
     outcome = ctx.cold_start.tiers.get(tier)
+    namespace = name if kind == "Namespace" else None
     if namespace is not None and outcome is not None:
         gk = namespace_kind(namespace)
         entry = simulation.bootstrap_entry(gk)
@@ -76,4 +78,11 @@ def _by_cold_start(ctx: CheckContext, tier: TierId, owners: set[TierId], namespa
     stuck = [o for o in sorted(owners) if o in outcomes and outcomes[o].ready_round is None and outcomes[o].reason != "suspended"]
     if stuck and len(stuck) == len(owners):
         return Severity.WARNING, f". Cold start: it is never applied ({outcomes[stuck[0]].blocked_by})"
-    return Severity.WARNING, ""
+    if namespace is not None:
+        return Severity.WARNING, ""
+    waiting = sorted(o for o in owners if ctx.graph.depends_on(o, tier))
+    if waiting:
+        return Severity.WARNING, (
+            f". {name_list(str(o) for o in waiting)} waits for {tier} itself: if {tier} waits for what uses the {kind}, neither becomes Ready"
+        )
+    return Severity.INFO, f". Kubernetes accepts the object before the {kind} exists and its controller acts once it does: a delay on a cold start, not a failure"
