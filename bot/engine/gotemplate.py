@@ -551,9 +551,7 @@ def _index(item: Any, *keys: Any) -> Any:
                 raise TemplateError("cannot index slice with non-integer")
             if not 0 <= key < len(item):
                 raise TemplateError(f"index out of range: {key}")
-            item = item[key]
-            if isinstance(item, str) and len(item) == 1:
-                item = ord(item)
+            item = ord(item[key]) if isinstance(item, str) else item[key]  # a string's index is a byte
         elif item is None:
             raise TemplateError("index of untyped nil")
         else:
