@@ -13,7 +13,9 @@ import yaml
 
 from bot.engine.artifacts import is_artifact_generator
 from bot.engine.errors import InputError
-from bot.engine.flux import FLUX_INSTANCE_GROUP as OPERATOR_GROUP, KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_kustomization, operator_sync
+from bot.engine.flux import (
+    FLUX_INSTANCE_GROUP as OPERATOR_GROUP, KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_instance_release, is_flux_kustomization, operator_sync,
+)
 from bot.engine.model import Cause, Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
@@ -221,6 +223,7 @@ def is_discovery_object(manifest: Manifest) -> bool:
         or is_artifact_generator(manifest)
         or (manifest.ref.kind in ("ResourceSet", "ResourceSetInputProvider") and manifest.ref.group == OPERATOR_GROUP)
         or (manifest.ref.kind in ("FluxInstance", "HelmRelease") and operator_sync(manifest) is not None)
+        or is_flux_instance_release(manifest)
     )
 
 

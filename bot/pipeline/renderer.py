@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
@@ -297,9 +297,15 @@ class _ClusterPass:
         better = None
         if self.entry_spec.origin is None and not last:
             better = operator_entry(
-                self.tiers, self.entry, self.entry_spec, self.findings, renderer.config, renderer.locate, renderer.builder.patched_sync
+                self.tiers, self.entry, self.entry_spec, self.findings, renderer.config, renderer.locate, renderer.builder.patched_sync,
+                self._config_map,
             )
         return _PassResult(self.tiers, self.finish_findings, self.findings, better)
+
+    def _config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ConfigMap the cluster's builds hold (for a flux-instance release's valuesFrom)."""
+        found = self.objects.get(("ConfigMap", namespace, name))
+        return found[0][found[1]].body if found is not None else None
 
     def _not_rendered(self, spec: TierSpec, message: str) -> None:
         self.tiers[spec.id] = RenderedTier(spec=spec)
