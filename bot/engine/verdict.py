@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from bot.engine.coldstart import ColdStart
+from bot.engine.flux import is_flux_kustomization
+from bot.engine.resourceset import OWNER_NAME_LABEL as RESOURCESET_OWNER
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural
 from bot.engine.rendered import Outcome, ClusterRender, RenderedTier
 from bot.engine.report import CheckReport, TierSummary
 
 NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"
+
+
+def _created_content(tier: RenderedTier) -> bool:
+    """Whether a ResourceSet of the tier created objects other than Flux Kustomizations."""
+    return tier.rendered and any(
+        RESOURCESET_OWNER in ((m.body.get("metadata") or {}).get("labels") or {}) and not is_flux_kustomization(m) for m in tier.manifests
+    )
 
 
 def nothing_rendered(render: ClusterRender) -> list[Finding]:
@@ -18,11 +27,14 @@ def nothing_rendered(render: ClusterRender) -> list[Finding]:
     Kustomizations, at least one of them must render an object; when it applies none, it must render
     one itself. A tier that applies another source, failed to build, or built nothing renders none.
     A tier that failed but still produced objects (a SOPS Secret without decryption) was checked,
-    and its `render-failed` is the error.
+    and its `render-failed` is the error. What a ResourceSet in the entry creates, beside Kustomizations,
+    is content, not wiring (d2-fleet's `update` cluster: namespaces, RBAC, image automations): checked.
     """
     entry = next(iter(render.tiers), None)  # discovery order: the entry tier first
     children = [tid for tid in render.tiers if tid != entry]
     judged = children or list(render.tiers)
+    if entry is not None and children and _created_content(render.tiers[entry]):
+        judged = [entry, *children]
     if any(render.tiers[tid].rendered and len(render.tiers[tid].manifests) for tid in judged):
         return []
     unchecked = judged if entry is None or render.tiers[entry].rendered and children else [entry, *children]

@@ -291,3 +291,56 @@ def test_a_flux_instance_release_with_values_from_a_configmap_makes_the_entry_ti
         assert report.tiers[0].id == TierId(FLUX, FLUX)
     else:
         assert len(failed) == 1 and "SOPS" in failed[0]  # the values not in git: the sync is not known
+
+
+# d2-fleet's `update` cluster: the entry's ResourceSet makes namespaces, RBAC and image automations, and
+# Kustomizations of other repositories. What it created in the entry was checked: not `nothing-rendered`.
+AUTOMATION_RSET = """
+apiVersion: fluxcd.controlplane.io/v1
+kind: ResourceSet
+metadata:
+  name: image-update-automation
+  namespace: flux-system
+spec:
+  inputs:
+    - namespace: apps
+      repository: https://github.com/example/apps.git
+  resources:
+    - apiVersion: v1
+      kind: Namespace
+      metadata:
+        name: << inputs.namespace >>
+    - apiVersion: source.toolkit.fluxcd.io/v1
+      kind: GitRepository
+      metadata:
+        name: << inputs.namespace >>
+        namespace: << inputs.namespace >>
+      spec:
+        interval: 5m
+        url: << inputs.repository >>
+        ref: {branch: main}
+    - apiVersion: kustomize.toolkit.fluxcd.io/v1
+      kind: Kustomization
+      metadata:
+        name: << inputs.namespace >>
+        namespace: << inputs.namespace >>
+      spec:
+        interval: 10m
+        path: ./update-policies
+        prune: true
+        sourceRef: {kind: GitRepository, name: << inputs.namespace >>}
+"""
+
+
+ONLY_KUSTOMIZATION = AUTOMATION_RSET[: AUTOMATION_RSET.index("  resources:\n")] + "  resources:\n" + AUTOMATION_RSET[AUTOMATION_RSET.index("    - apiVersion: kustomize"):]
+
+
+@pytest.mark.parametrize("created_content", [True, False])
+def test_what_the_entrys_resourceset_creates_is_checked_content(tmp_path: Path, created_content: bool) -> None:
+    repo = write_tree(tmp_path / "repo", {"clusters/dev/automation.yaml": AUTOMATION_RSET if created_content else ONLY_KUSTOMIZATION})
+    commit_all(init_repo(repo), "update")
+    report = check_repository(repo, "dev", CheckOptions(charts=ChartOptions(render=False)))
+    nothing = [f for f in report.findings if f.check == "nothing-rendered"]
+    assert TierId("apps", "apps") in {t.id for t in report.tiers}
+    # only wiring (a Kustomization of another repository): nothing of the cluster was checked, still an error
+    assert (nothing == []) is created_content
