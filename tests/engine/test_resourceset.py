@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 import yaml
@@ -50,7 +50,7 @@ TENANTS = {
 }
 
 
-def names(spec: dict[str, Any], providers: list[Manifest] = []) -> list[str]:
+def names(spec: dict[str, Any], providers: Sequence[Manifest] = ()) -> list[str]:
     return [str(object_ref(o)) for o in render_resourceset(rset(spec), providers).objects]
 
 
