@@ -777,23 +777,30 @@ FUNCTIONS: Mapping[str, Callable[..., Any]] = {
 
 # -- execution ----------------------------------------------------------------------------------
 
+class Budget:
+    """What several executions may spend together (a ResourceSet runs its templates once per input set)."""
+
+    def __init__(self, steps: int = MAX_STEPS, output: int = MAX_OUTPUT) -> None:
+        self.steps, self.output = steps, output
+        self.max_steps, self.max_output = steps, output
+
+
 class _Executor:
-    def __init__(self, functions: Mapping[str, Callable[..., Any]]) -> None:
+    def __init__(self, functions: Mapping[str, Callable[..., Any]], budget: Budget) -> None:
         self.functions = functions
         self.out: list[str] = []
-        self.size = 0
-        self.steps = 0
+        self.budget = budget
 
     def write(self, text: str) -> None:
-        self.size += len(text)
-        if self.size > MAX_OUTPUT:
-            raise LimitExceeded(f"the template writes more than {MAX_OUTPUT >> 20} MiB")
+        self.budget.output -= len(text)
+        if self.budget.output < 0:
+            raise LimitExceeded(f"the template writes more than {self.budget.max_output >> 20} MiB")
         self.out.append(text)
 
     def tick(self) -> None:
-        self.steps += 1
-        if self.steps > MAX_STEPS:
-            raise LimitExceeded(f"the template takes more than {MAX_STEPS:,} steps")
+        self.budget.steps -= 1
+        if self.budget.steps < 0:
+            raise LimitExceeded(f"the template takes more than {self.budget.max_steps:,} steps")
 
     def run(self, nodes: Sequence[Any], dot: Any, scope: list[dict[str, Any]]) -> None:
         for node in nodes:
@@ -954,10 +961,10 @@ class Template:
             raise LimitExceeded(f"the template is longer than {MAX_OUTPUT >> 20} MiB")
         return cls(_Parser(source, left, right).parse())
 
-    def execute(self, inputs: Mapping[str, Any] | None) -> str:
+    def execute(self, inputs: Mapping[str, Any] | None, budget: Budget | None = None) -> str:
         """The output with `inputs` as the operator's `inputs` function; the dot is nil, as the operator executes it."""
         functions = {**FUNCTIONS, "inputs": lambda: inputs}
-        executor = _Executor(functions)
+        executor = _Executor(functions, budget if budget is not None else Budget())
         executor.run(self.nodes, None, [{"$": None}])
         return "".join(executor.out)
 

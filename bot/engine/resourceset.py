@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 
 from bot.engine.errors import InputError
-from bot.engine.gotemplate import LimitExceeded, Template, TemplateError, Unsupported, adler32
+from bot.engine.gotemplate import Budget, LimitExceeded, Template, TemplateError, Unsupported, adler32
 from bot.engine.model import Finding, Manifest, ObjectRef, Severity, TierId
 from bot.engine.rendered import object_ref
 from bot.engine.yamlio import load_all
@@ -34,6 +34,8 @@ MAX_PERMUTATIONS = 10_000  # internal/inputs/permuter.go maxPermutations
 MAX_INPUTS = 2_000  # input sets one ResourceSet is rendered for (flattened)
 MAX_OBJECTS = 20_000  # objects one ResourceSet may create
 MAX_NESTING = 4  # ResourceSets that create ResourceSets
+MAX_STEPS = 500_000  # template steps one ResourceSet may take over all its input sets
+MAX_OUTPUT = 64 << 20  # characters its templates may write over all its input sets
 
 
 class _Failed(Exception):
@@ -252,7 +254,7 @@ def _resources_text(resource: Any) -> str:
     return yaml.safe_dump(json.loads(json.dumps(resource, default=str)), default_flow_style=False, sort_keys=True, width=1 << 30, allow_unicode=True)
 
 
-def _build(resources: Sequence[Any], template: str, inputs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _build(resources: Sequence[Any], template: str, inputs: list[dict[str, Any]] | None, budget: Budget) -> list[dict[str, Any]]:
     """internal/builder/resourceset.go BuildResourceSet: resources first, then the template's, first of a key wins."""
     sets: list[dict[str, Any] | None] = [None] if inputs is None else list(inputs)
     objects: list[dict[str, Any]] = []
@@ -277,21 +279,21 @@ def _build(resources: Sequence[Any], template: str, inputs: list[dict[str, Any]]
     for i, resource in enumerate(resources):
         parsed = Template.parse(_resources_text(resource))
         for values in sets:
-            docs = _documents(_execute(parsed, values, f"resources[{i}]"), f"resources[{i}]")
+            docs = _documents(_execute(parsed, values, f"resources[{i}]", budget), f"resources[{i}]")
             if len(docs) != 1:
                 raise _Failed(f"resources[{i}] renders {len(docs)} objects, not one")
             add(docs[0], dedup=inputs is not None)
     if template:
         parsed = Template.parse(template)
         for values in sets:
-            for doc in _documents(_execute(parsed, values, "resourcesTemplate"), "resourcesTemplate"):
+            for doc in _documents(_execute(parsed, values, "resourcesTemplate", budget), "resourcesTemplate"):
                 add(doc, dedup=True)
     return objects
 
 
-def _execute(template: Template, values: dict[str, Any] | None, what: str) -> str:
+def _execute(template: Template, values: dict[str, Any] | None, what: str, budget: Budget) -> str:
     try:
-        return template.execute(values)
+        return template.execute(values, budget)
     except TemplateError as exc:
         raise _Failed(f"{what}: {exc}") from None
 
@@ -352,6 +354,7 @@ def render_resourceset(rset: Manifest, providers: Sequence[Manifest] = (), tier:
         if steps and (spec.get("resources") or spec.get("resourcesTemplate")):
             raise _Failed("spec.steps is mutually exclusive with spec.resources and spec.resourcesTemplate")
         inputs = combined_inputs(rset, providers, findings, tier)
+        budget = Budget(MAX_STEPS, MAX_OUTPUT)
         if spec.get("inputsFrom") and not inputs:
             return RsetRender((), tuple(findings))  # no inputs: the operator applies an empty set
         objects: list[dict[str, Any]] = []
@@ -360,7 +363,7 @@ def render_resourceset(rset: Manifest, providers: Sequence[Manifest] = (), tier:
             for step in steps if isinstance(steps, list) else []:
                 if not isinstance(step, dict):
                     raise _Failed("a step is not a map")
-                built = _build(_list(step.get("resources")), str(step.get("resourcesTemplate") or ""), inputs)
+                built = _build(_list(step.get("resources")), str(step.get("resourcesTemplate") or ""), inputs, budget)
                 for obj in built:
                     ref = object_ref(obj)
                     key = (ref.group, ref.kind, ref.namespace, ref.name) if ref else ("", "", "", "")
@@ -368,7 +371,7 @@ def render_resourceset(rset: Manifest, providers: Sequence[Manifest] = (), tier:
                         raise _Failed(f"duplicate resource {ref} in step {step.get('name')!r}, already defined in step {owner[key]!r}")
                 objects += built
         else:
-            objects = _build(_list(spec.get("resources")), str(spec.get("resourcesTemplate") or ""), inputs)
+            objects = _build(_list(spec.get("resources")), str(spec.get("resourcesTemplate") or ""), inputs, budget)
     except Unsupported as exc:
         return _stopped(rset, tier, findings, f"{where} not rendered: unsupported {exc.what}")
     except (_NotRendered, LimitExceeded) as exc:

@@ -176,3 +176,12 @@ def test_expand_follows_resourcesets_that_create_resourcesets_and_providers() ->
 @pytest.mark.parametrize("name, key", [("app-envs", "app_envs"), ("My Provider.v2", "my_provider_v2"), ("--x--", "x"), ("a$b", "ab")])
 def test_normalised_provider_keys(name: str, key: str) -> None:
     assert normalise_key(name) == key
+
+
+def test_many_inputs_share_one_budget() -> None:
+    # each execution is small, together they are not: the ResourceSet stops with an info line, not a hang
+    spec = {"inputs": [{"i": float(n)} for n in range(500)],
+            "resourcesTemplate": "<< range $j := 400 >>apiVersion: v1\nkind: Namespace\nmetadata: {name: n-<< inputs.i >>}\n---\n<< end >>"}
+    result = render_resourceset(rset(spec))
+    assert result.objects == ()
+    assert "not rendered: the template takes more than 500,000 steps" in result.findings[0].message
