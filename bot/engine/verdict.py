@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 from bot.engine.coldstart import ColdStart
-from bot.engine.flux import is_flux_kustomization
-from bot.engine.resourceset import OWNER_NAME_LABEL as RESOURCESET_OWNER
 from bot.engine.graph import TierGraph
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural
 from bot.engine.rendered import Outcome, ClusterRender, RenderedTier
 from bot.engine.report import CheckReport, TierSummary
 
 NOT_CHECKED_LISTED = 10  # tiers named in a `nothing-rendered` message before "and N more"
-
-
-def _created_content(tier: RenderedTier) -> bool:
-    """Whether a ResourceSet of the tier created objects other than Flux Kustomizations."""
-    return tier.rendered and any(
-        RESOURCESET_OWNER in ((m.body.get("metadata") or {}).get("labels") or {}) and not is_flux_kustomization(m) for m in tier.manifests
-    )
 
 
 def nothing_rendered(render: ClusterRender) -> list[Finding]:
@@ -33,7 +24,7 @@ def nothing_rendered(render: ClusterRender) -> list[Finding]:
     entry = next(iter(render.tiers), None)  # discovery order: the entry tier first
     children = [tid for tid in render.tiers if tid != entry]
     judged = children or list(render.tiers)
-    if entry is not None and children and _created_content(render.tiers[entry]):
+    if entry is not None and children and render.tiers[entry].rendered and render.tiers[entry].created_content:
         judged = [entry, *children]
     if any(render.tiers[tid].rendered and len(render.tiers[tid].manifests) for tid in judged):
         return []
