@@ -141,7 +141,6 @@ class RenderedTier:
     # Its discovery objects when known apart from `manifests` (a tier read back from its summary, whose
     # other objects load on first use); None: read them from `manifests`.
     discovery: tuple[Manifest, ...] | None = None
-    created_content: int = 0  # objects its ResourceSets created, Flux Kustomizations aside (bot/engine/resourceset.py)
 
     def flux_kustomizations(self) -> Sequence[Manifest]:
         """Its Flux Kustomizations (known without loading a cached tier's other objects)."""

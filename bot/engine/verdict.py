@@ -18,14 +18,11 @@ def nothing_rendered(render: ClusterRender) -> list[Finding]:
     Kustomizations, at least one of them must render an object; when it applies none, it must render
     one itself. A tier that applies another source, failed to build, or built nothing renders none.
     A tier that failed but still produced objects (a SOPS Secret without decryption) was checked,
-    and its `render-failed` is the error. What a ResourceSet in the entry creates, beside Kustomizations,
-    is content, not wiring (d2-fleet's `update` cluster: namespaces, RBAC, image automations): checked.
+    and its `render-failed` is the error.
     """
     entry = next(iter(render.tiers), None)  # discovery order: the entry tier first
     children = [tid for tid in render.tiers if tid != entry]
     judged = children or list(render.tiers)
-    if entry is not None and children and render.tiers[entry].rendered and render.tiers[entry].created_content:
-        judged = [entry, *children]
     if any(render.tiers[tid].rendered and len(render.tiers[tid].manifests) for tid in judged):
         return []
     unchecked = judged if entry is None or render.tiers[entry].rendered and children else [entry, *children]

@@ -26,7 +26,7 @@ from bot.engine.config import CONFIG_FILE, RepoConfig
 from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry, within_artifact
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import finish_key, finish_tier, sources_present, tier_variables, with_injected
-from bot.engine.flux import entry_tier, is_flux_kustomization
+from bot.engine.flux import entry_tier
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import (
     ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, is_discovery_object, redefined, render_failed, same_tier,
@@ -408,8 +408,7 @@ class _ClusterPass:
         if not created and not more:
             return rendered, findings
         discovery = None if rendered.discovery is None else (*rendered.discovery, *(m for m in created if is_discovery_object(m)))
-        content = sum(1 for m in created if not is_flux_kustomization(m))
-        return replace(rendered, manifests=(*rendered.manifests, *created), discovery=discovery, created_content=content), [*findings, *more]
+        return replace(rendered, manifests=(*rendered.manifests, *created), discovery=discovery), [*findings, *more]
 
     def _follow(self, tid: TierId, rendered: RenderedTier) -> None:
         """Learn a finished tier's artifacts and schedule the Kustomizations it applies (within the limits)."""
