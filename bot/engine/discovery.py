@@ -7,13 +7,18 @@ from typing import Any, Callable, Mapping
 
 from bot.engine.artifacts import Artifact, Placement, unreadable
 from bot.engine.config import RepoConfig
-from bot.engine.flux import OperatorSync, TierSpecError, TierSpecShapeError, operator_sync, tier_spec
+from bot.engine.errors import InputError
+from bot.engine.flux import OperatorSync, TierSpecError, TierSpecShapeError, is_flux_instance_release, operator_sync, tier_spec
+from bot.engine.helmvalues import merge_maps
 from bot.engine.model import Finding, Manifest, SourceLocation, SourceRef, TierId, TierSpec, plural
 from bot.engine.rendered import RawTier, RenderedTier, object_ref, render_failed, same_tier, unsafe_path
 from bot.engine.tree import normalise_repo_path
+from bot.engine.yamlio import load_one
 
 Locate = Callable[[Manifest], "SourceLocation | None"]
 # Applies a FluxInstance's patches to its sync Kustomization (kustomize runs): (sync, tier, origin, findings) → body.
+# A ConfigMap's body in the cluster's render by (namespace, name), or None.
+ConfigMapOf = Callable[[str, str], "Mapping[str, Any] | None"]
 PatchSync = Callable[[OperatorSync, TierId, "SourceLocation | None", list[Finding]], Mapping[str, Any]]
 
 
@@ -93,14 +98,46 @@ def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: L
     return None
 
 
+def release_values(manifest: Manifest, config_map: ConfigMapOf) -> Mapping[str, Any] | None:
+    """A flux-instance HelmRelease's values with its `valuesFrom` ConfigMaps merged in, as helm-controller
+    composes them (fluxcd/pkg chartutil ChartValuesFromReferences: each source in order, `spec.values` on top).
+
+    Only what the entry needs is read: a Secret, a `targetPath` or a source not in git leaves the values
+    not known (None), never guessed."""
+    spec = manifest.body.get("spec") or {}
+    values: dict[str, Any] = {}
+    for ref in spec.get("valuesFrom") or []:
+        if not isinstance(ref, dict) or ref.get("kind") != "ConfigMap" or ref.get("targetPath"):
+            return None
+        body = config_map(manifest.ref.namespace, str(ref.get("name", "")))
+        data = body.get("data") if isinstance(body, dict) else None
+        text = data.get(str(ref.get("valuesKey") or "values.yaml")) if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            if ref.get("optional") and body is None:
+                continue
+            return None
+        try:
+            loaded = load_one(text, f"ConfigMap {manifest.ref.namespace}/{ref.get('name')}")
+        except InputError:
+            return None
+        if not isinstance(loaded, dict):
+            return None
+        values = merge_maps(values, loaded)
+    inline = spec.get("values")
+    return merge_maps(values, inline) if isinstance(inline, dict) else values
+
+
 def operator_entry(
-    tiers: dict[TierId, RenderedTier], entry: str, current: TierSpec, findings: list[Finding], config: RepoConfig, locate: Locate, patch: PatchSync
+    tiers: dict[TierId, RenderedTier], entry: str, current: TierSpec, findings: list[Finding], config: RepoConfig, locate: Locate, patch: PatchSync,
+    config_map: ConfigMapOf = lambda namespace, name: None,
 ) -> TierSpec | None:
-    """The sync Kustomization a FluxInstance in git (object or flux-instance HelmRelease) makes for the entry
-    path, when it differs from `current`; its location becomes the entry tier's either way."""
+    """The sync Kustomization a FluxInstance in git (an object, one a ResourceSet creates, or a flux-instance
+    HelmRelease, its values inline or from ConfigMaps) makes for the entry path, when it differs from
+    `current`; its location becomes the entry tier's either way."""
     for tier in tiers.values():
         for manifest in tier.discovery_objects():
-            sync = operator_sync(manifest)
+            values = release_values(manifest, config_map) if is_flux_instance_release(manifest) else None
+            sync = operator_sync(manifest, values)
             if sync is None:
                 continue
             synced = sync.kustomization["spec"]

@@ -250,6 +250,18 @@ CATALOGUE = Catalogue((
         "a tier was not rendered because Fluxwarden cannot see its content (it applies another source, or a FluxInstance's `kustomize.patches` could not be applied to its sync Kustomization): its objects are not checked, and the message says why",
     ),
     FindingKind(
+        "resourceset-failed",
+        Severity.WARNING,
+        "a Flux Operator ResourceSet fails to build from its inputs (the operator stalls it)",
+        "a Flux Operator `ResourceSet` fails to build from the inputs git holds: a template error (a missing input key, a parse error), output that is not YAML, a duplicate across steps, too many permutations; the operator stalls it and creates none of its objects",
+    ),
+    FindingKind(
+        "resourceset-not-rendered",
+        Severity.INFO,
+        "a ResourceSet (or some of its inputs) was not rendered: a provider needs a live API, or a template function is not supported",
+        "what a Flux Operator `ResourceSet` creates was not (fully) rendered: an input provider needs a live API (GitHub, GitLab, an OCI registry, …) or is not in git, or the template uses a function or action Fluxwarden does not implement (it never guesses); the objects it would create are not checked",
+    ),
+    FindingKind(
         "values-invalid",
         Severity.ERROR,
         "a valuesFrom entry cannot be merged (not YAML, or a targetPath helm-controller refuses)",

@@ -169,7 +169,24 @@ class OperatorSync:
     patches: tuple[Mapping[str, Any], ...] = ()
 
 
-def operator_sync(manifest: Manifest) -> OperatorSync | None:
+def is_flux_instance_release(manifest: Manifest) -> bool:
+    """A HelmRelease of the flux-instance chart whose values come (partly) from `valuesFrom`: its `instance.sync`
+    may be in a ConfigMap (controlplaneio-fluxcd/charts flux-instance; the chart's own name, or an OCIRepository
+    `chartRef` named after it)."""
+    if manifest.ref.kind != "HelmRelease" or manifest.ref.group != HELM_RELEASE_GROUP:
+        return False
+    spec = manifest.body.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("valuesFrom"), list) or not spec["valuesFrom"]:
+        return False
+    chart = spec.get("chart")
+    chart_spec = chart.get("spec") if isinstance(chart, dict) else None
+    name = chart_spec.get("chart") if isinstance(chart_spec, dict) else None
+    if name is None and isinstance(spec.get("chartRef"), dict):
+        name = spec["chartRef"].get("name")
+    return isinstance(name, str) and "flux-instance" in name
+
+
+def operator_sync(manifest: Manifest, values: Mapping[str, Any] | None = None) -> OperatorSync | None:
     """The sync Kustomization of a FluxInstance, as an object or as the flux-instance chart's HelmRelease values.
 
     The operator names the source and the Kustomization `sync.name`, else after the FluxInstance's
@@ -179,6 +196,7 @@ def operator_sync(manifest: Manifest) -> OperatorSync | None:
     Kustomization patch it (e.g. the documented `spec.decryption` patch); the rest patch the controllers.
     The flux-instance chart templates the FluxInstance into the release namespace, with `sync` only
     when `instance.sync.url` is set (controlplaneio-fluxcd/charts flux-instance templates/instance.yaml).
+    `values`: a HelmRelease's composed values when they come from `valuesFrom` (see `discovery.operator_entry`).
     """
     body, ref = manifest.body, manifest.ref
     spec = body.get("spec")
@@ -188,7 +206,8 @@ def operator_sync(manifest: Manifest) -> OperatorSync | None:
         namespace = ref.namespace or DEFAULT_NAMESPACE
         sync, kustomize = spec.get("sync"), spec.get("kustomize")
     elif ref.kind == "HelmRelease" and ref.group == HELM_RELEASE_GROUP:
-        instance = spec["values"].get("instance") if isinstance(spec.get("values"), dict) else None
+        values = values if values is not None else (spec["values"] if isinstance(spec.get("values"), dict) else None)
+        instance = values.get("instance") if isinstance(values, dict) else None
         if not isinstance(instance, dict):
             return None
         namespace = str(spec.get("targetNamespace") or ref.namespace or DEFAULT_NAMESPACE)

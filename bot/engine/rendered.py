@@ -13,7 +13,9 @@ import yaml
 
 from bot.engine.artifacts import is_artifact_generator
 from bot.engine.errors import InputError
-from bot.engine.flux import KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_kustomization, operator_sync
+from bot.engine.flux import (
+    FLUX_INSTANCE_GROUP as OPERATOR_GROUP, KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_instance_release, is_flux_kustomization, operator_sync,
+)
 from bot.engine.model import Cause, Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
@@ -28,12 +30,13 @@ SECRET_MASK = "<masked:{name}>"
 # A document substitution may change: a reference, or `$$`, which collapses to `$`.
 MAY_SUBSTITUTE = re.compile(r"\$\{|\$\$")
 CONFIG_KIND = re.compile(r"^kind: (?:ConfigMap|Secret)[ \t]*$", re.MULTILINE)
-# What a graph-only render keeps of a build: Flux Kustomizations, and the ArtifactGenerators and
-# FluxInstances that say where some of them read and how the entry is built.
+# What a graph-only render keeps of a build: Flux Kustomizations, the ArtifactGenerators and
+# FluxInstances that say where some of them read and how the entry is built, and the Flux Operator's
+# ResourceSets (and their input providers) that create Kustomizations.
 _FLUX_KUSTOMIZATION = re.compile(
     r"^apiVersion: (?:kustomize\.toolkit\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: Kustomization"
     r"|source\.extensions\.fluxcd\.io/[^\n]*\n(?:[^\n]*\n)*?kind: ArtifactGenerator"
-    r"|fluxcd\.controlplane\.io/[^\n]*\n(?:[^\n]*\n)*?kind: FluxInstance)[ \t]*$",
+    r"|fluxcd\.controlplane\.io/[^\n]*\n(?:[^\n]*\n)*?kind: (?:FluxInstance|ResourceSet|ResourceSetInputProvider))[ \t]*$",
     re.MULTILINE,
 )
 _SUBSTITUTE_DISABLED = re.compile(rf"{re.escape(SUBSTITUTE_ANNOTATION)}: ['\"]?disabled")
@@ -144,7 +147,7 @@ class RenderedTier:
         return [m for m in self.discovery_objects() if is_flux_kustomization(m)]
 
     def discovery_objects(self) -> Sequence[Manifest]:
-        """Its Flux Kustomizations, ArtifactGenerators and FluxInstances (see `is_discovery_object`), known
+        """Its Flux Kustomizations, ArtifactGenerators, FluxInstances and ResourceSets (see `is_discovery_object`), known
         without loading a cached tier's other objects."""
         if self.discovery is not None:
             return self.discovery
@@ -213,11 +216,14 @@ class ClusterRender:
 
 
 def is_discovery_object(manifest: Manifest) -> bool:
-    """Objects a render follows: Flux Kustomizations, ArtifactGenerators and FluxInstances (objects or chart values)."""
+    """Objects a render follows: Flux Kustomizations, ArtifactGenerators, FluxInstances (objects or chart values),
+    and ResourceSets with their input providers (bot/engine/resourceset.py renders what they create)."""
     return (
         is_flux_kustomization(manifest)
         or is_artifact_generator(manifest)
+        or (manifest.ref.kind in ("ResourceSet", "ResourceSetInputProvider") and manifest.ref.group == OPERATOR_GROUP)
         or (manifest.ref.kind in ("FluxInstance", "HelmRelease") and operator_sync(manifest) is not None)
+        or is_flux_instance_release(manifest)
     )
 
 

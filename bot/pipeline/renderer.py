@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
@@ -30,7 +30,10 @@ from bot.engine.finish import finish_key, finish_tier, missing_sources, sources_
 from bot.engine.fluxversion import cluster_flux_version, strict_substitution
 from bot.engine.flux import entry_tier
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
-from bot.engine.rendered import ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, redefined, render_failed, same_tier
+from bot.engine.rendered import (
+    ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, is_discovery_object, redefined, render_failed, same_tier,
+)
+from bot.engine.resourceset import expand as expand_resourcesets, is_input_provider, is_resourceset
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, children_key, render_key, tree_key
 from bot.pipeline.progress import Progress
@@ -312,6 +315,8 @@ class _ClusterPass:
         # Each tier's chain of applying Kustomizations, entry first (for RenderLimits).
         self.lineage: dict[TierId, tuple[TierSpec, ...]] = {entry_spec.id: (entry_spec,)}
         self.rendered_objects = 0
+        # The ResourceSetInputProviders of the tiers finished so far: a ResourceSet reads those of its namespace.
+        self.providers: list[Manifest] = []
         # Builds report through a queue: waiting on a set of futures costs a pass over all of them
         # each time, and a commit seen before schedules hundreds of tiers that are ready at once.
         self.done: queue.SimpleQueue[Future[RawTier]] = queue.SimpleQueue()
@@ -338,9 +343,15 @@ class _ClusterPass:
         better = None
         if self.entry_spec.origin is None and not last:
             better = operator_entry(
-                self.tiers, self.entry, self.entry_spec, self.findings, renderer.config, renderer.locate, renderer.builder.patched_sync
+                self.tiers, self.entry, self.entry_spec, self.findings, renderer.config, renderer.locate, renderer.builder.patched_sync,
+                self._config_map,
             )
         return _PassResult(self.tiers, self.finish_findings, self.findings, better)
+
+    def _config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ConfigMap the cluster's builds hold (for a flux-instance release's valuesFrom)."""
+        found = self.objects.get(("ConfigMap", namespace, name))
+        return found[0][found[1]].body if found is not None else None
 
     def _not_rendered(self, spec: TierSpec, message: str) -> None:
         self.tiers[spec.id] = RenderedTier(spec=spec)
@@ -433,6 +444,7 @@ class _ClusterPass:
             check_stop()
             del self.built[tid]
             rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only, self.injected, self.external, self.strict)
+            rendered, tier_findings = self._with_resourcesets(rendered, tier_findings)
             if tid == self.entry_spec.id:
                 own = bootstrap_spec(rendered, self.entry, renderer.config, renderer.locate)
                 if own is not None and not same_tier(own, self.entry_spec) and not last:
@@ -449,6 +461,21 @@ class _ClusterPass:
                 renderer.progress.tier_done()
             self.findings.extend(tier_findings)
             self._follow(tid, rendered)
+
+    def _with_resourcesets(self, rendered: RenderedTier, findings: list[Finding]) -> tuple[RenderedTier, list[Finding]]:
+        """The tier with what its ResourceSets create, as if it applied them: the Flux Operator applies them
+        once the ResourceSet is applied, so for the checks they belong to this tier (its Kustomizations are
+        its children). A provider in a tier finished later is not seen (the operator would wait for it)."""
+        discovered = rendered.discovery_objects()
+        self.providers += [m for m in discovered if is_input_provider(m)]
+        if not any(is_resourceset(m) for m in discovered):
+            return rendered, findings
+        created, more = expand_resourcesets(discovered, self.providers, rendered.spec.id)
+        self.providers += [m for m in created if is_input_provider(m)]
+        if not created and not more:
+            return rendered, findings
+        discovery = None if rendered.discovery is None else (*rendered.discovery, *(m for m in created if is_discovery_object(m)))
+        return replace(rendered, manifests=(*rendered.manifests, *created), discovery=discovery), [*findings, *more]
 
     def _follow(self, tid: TierId, rendered: RenderedTier) -> None:
         """Learn a finished tier's artifacts and schedule the Kustomizations it applies (within the limits)."""
