@@ -470,13 +470,14 @@ def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
 
 
 def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
-    scanned, sync_paths, bootstrap_dirs, flux_cluster_dirs = _scan(config, snapshot)
-    inferred = () if config.source_paths or config.sources != RepoConfig.sources else _artifact_sources(scanned, snapshot)
+    scanned, syncs, bootstrap_dirs, flux_cluster_dirs = _scan(snapshot)
+    inferred = () if config.source_paths or config.sources != RepoConfig.sources else _artifact_sources(scanned, syncs, snapshot)
     if inferred:
         config = replace(config, sources=(*config.sources, *(ref for ref, _ in inferred)), source_paths=inferred)
     kustomizations = [
         replace(k, path=config.repo_path(k.source, k.path)) for k in scanned if k.source is not None and config.is_this_repo(k.source)
     ]
+    sync_paths = [config.repo_path(k.source, k.path) for k in syncs if k.source is not None and config.is_this_repo(k.source)]
     dirs = snapshot.list_dir(CLUSTERS_DIR)[0]  # sorted; symlinked directories left out
     included: set[str] = set()
     for name in dirs:
@@ -498,8 +499,9 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
         k.path for k in kustomizations
         if not any(o.file != k.file and _within(k.file, o.path) for o in kustomizations) and _applies_itself(k, snapshot)
     ]
-    artifacts = config.source_paths  # inferred, or declared (`source: {kind: OCIRepository, name: N, path: SUBDIR}`)
-    artifact_roots = _artifact_roots(kustomizations, {ref for ref, _ in artifacts})
+    # inferred, or declared (`source: {kind: OCIRepository, name: N, path: SUBDIR}`); the root's has a sync in git
+    artifacts = tuple((ref, sub) for ref, sub in config.source_paths if sub)
+    artifact_roots = _artifact_roots(kustomizations, {ref for ref, _ in artifacts}, sync_paths)
     found = [*sync_paths, *roots, *artifact_roots, *bootstrap_dirs]
     entries = [f"{CLUSTERS_DIR}/{d}" for d in dirs if d not in included and f"{CLUSTERS_DIR}/{d}" not in spokes]
     how = dict.fromkeys(entries, f"a folder of {CLUSTERS_DIR}/ that no other includes or applies")
@@ -536,19 +538,28 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     return _Discovery(names, spokes, {p: how.get(p) or "found" for p in entries}, inferred)
 
 
-def _artifact_sources(scanned: list[_FoundKustomization], snapshot: RepoTree) -> tuple[tuple[SourceRef, str], ...]:
-    """OCIRepositories whose Kustomizations' paths exist only under one subdirectory of this repository.
+def _artifact_sources(
+    scanned: list[_FoundKustomization], syncs: list[_FoundKustomization], snapshot: RepoTree,
+) -> tuple[tuple[SourceRef, str], ...]:
+    """OCIRepositories that are artifacts of this repository: of its root, or of one subdirectory.
 
-    CI pushes that subdirectory as the cluster's artifact (`flux push artifact --path=./k8s`, then
-    `flux create source oci flux-system` and `flux create kustomization --source=OCIRepository/flux-system`,
-    as devantler/homelab does): paths inside the artifact are relative to the pushed directory. Judged
-    from the repository itself, whatever CI pushes it; flux-local needs `--sources NAME=SUBDIR` for this.
+    - The root: a FluxInstance in git syncs an OCIRepository at a path this repository has (CI pushes the
+      repository, `flux push artifact --path=./`, as controlplaneio-fluxcd/d2-fleet does).
+    - A subdirectory: every path of the OCIRepository's Kustomizations exists under exactly one subdirectory
+      and none at the root. CI pushes that directory (`flux push artifact --path=./k8s`, then `flux create
+      source oci flux-system` and `flux create kustomization --source=OCIRepository/flux-system`, as
+      devantler/homelab does): paths inside the artifact are relative to it.
+    Judged from the repository, whatever CI pushes it; flux-local needs `--sources NAME=SUBDIR` for this.
     """
+    out: list[tuple[SourceRef, str]] = []
+    for sync in syncs:
+        if sync.source is not None and sync.source.kind == "OCIRepository" and sync.path and snapshot.is_dir(sync.path):
+            if all(ref != sync.source for ref, _ in out):
+                out.append((sync.source, ""))
     by_source: dict[SourceRef, list[_FoundKustomization]] = {}
     for k in scanned:
-        if k.source is not None and k.source.kind == "OCIRepository" and k.path:
+        if k.source is not None and k.source.kind == "OCIRepository" and k.path and all(ref != k.source for ref, _ in out):
             by_source.setdefault(k.source, []).append(k)
-    out = []
     for ref, found in sorted(by_source.items(), key=lambda item: (item[0].namespace, item[0].name)):
         paths = {k.path for k in found}
         if any(snapshot.is_dir(p) for p in paths):
@@ -563,12 +574,13 @@ def _artifact_sources(scanned: list[_FoundKustomization], snapshot: RepoTree) ->
     return tuple(out)
 
 
-def _artifact_roots(kustomizations: list[_FoundKustomization], sources: set[SourceRef]) -> list[str]:
-    """The directories holding an artifact's Kustomizations that no Kustomization in git applies: the entry
+def _artifact_roots(kustomizations: list[_FoundKustomization], sources: set[SourceRef], sync_paths: list[str]) -> list[str]:
+    """The directories holding a subdirectory artifact's Kustomizations that nothing in git applies: the entry
     that `flux create kustomization` (outside git) points at."""
     roots = []
     for k in kustomizations:
-        if k.source in sources and not any(_within(k.file, o.path) for o in kustomizations if o is not k):
+        applied = any(_within(k.file, o.path) for o in kustomizations if o is not k) or any(_within(k.file, p) for p in sync_paths)
+        if k.source in sources and not applied:
             roots.append(posixpath.dirname(k.file))
     return list(dict.fromkeys(roots))
 
@@ -599,11 +611,11 @@ def _within(path: str, directory: str) -> bool:
     return directory == "" or path == directory or path.startswith(directory + "/")
 
 
-def _scan(config: RepoConfig, snapshot: RepoTree) -> tuple[list[_FoundKustomization], list[str], list[str], list[str]]:
-    """Every YAML file of the repository, read for Flux Kustomizations (on any source), FluxInstance
-    sync paths and bootstrap directories (text-filtered first: only a few files are parsed)."""
+def _scan(snapshot: RepoTree) -> tuple[list[_FoundKustomization], list[_FoundKustomization], list[str], list[str]]:
+    """Every YAML file of the repository, read for Flux Kustomizations and FluxInstance syncs (on any source)
+    and bootstrap directories (text-filtered first: only a few files are parsed)."""
     kustomizations: list[_FoundKustomization] = []
-    sync_paths: list[str] = []
+    syncs: list[_FoundKustomization] = []
     bootstrap_dirs: list[str] = []
     flux_cluster_dirs: list[str] = []
     stack = [""]
@@ -630,13 +642,13 @@ def _scan(config: RepoConfig, snapshot: RepoTree) -> tuple[list[_FoundKustomizat
                 continue
             for doc in docs:
                 if isinstance(doc, dict):
-                    _read_doc(config, rel, doc, kustomizations, sync_paths)
-    return kustomizations, sync_paths, bootstrap_dirs, sorted(flux_cluster_dirs)
+                    _read_doc(rel, doc, kustomizations, syncs)
+    return kustomizations, syncs, bootstrap_dirs, sorted(flux_cluster_dirs)
 
 
-def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_FoundKustomization], sync_paths: list[str]) -> None:
-    """One YAML document of the scan: a Flux Kustomization on this repo, a FluxInstance (object, HelmRelease
-    of the flux-instance chart, or the chart's values file) syncing this repo."""
+def _read_doc(rel: str, doc: dict, kustomizations: list[_FoundKustomization], syncs: list[_FoundKustomization]) -> None:
+    """One YAML document of the scan: a Flux Kustomization, or a FluxInstance's sync (an object, a HelmRelease
+    of the flux-instance chart, or the chart's values file)."""
     meta = found if isinstance(found := doc.get("metadata"), dict) else {}
     api_version, kind = str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")
     namespace = str(meta.get("namespace") or "flux-system")
@@ -659,5 +671,4 @@ def _read_doc(config: RepoConfig, rel: str, doc: dict, kustomizations: list[_Fou
         spec = tier_spec(Manifest(ref, sync.kustomization), None)
     except TierSpecError:
         return
-    if config.is_this_repo(spec.source):
-        sync_paths.append(config.repo_path(spec.source, spec.path))
+    syncs.append(_FoundKustomization(rel, str(spec.id), spec.path, None, spec.source))

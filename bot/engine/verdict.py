@@ -5,6 +5,7 @@ from __future__ import annotations
 from bot.engine.bootstrap import applied_before_flux, bare_cluster_findings, bootstrap_findings
 from bot.engine.checks import CheckContext, run_checks
 from bot.engine.coldstart import ColdStart
+from bot.engine.flux import is_flux_kustomization
 from bot.engine.graph import TierGraph
 from bot.engine.live import live_provider_findings
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural
@@ -42,12 +43,38 @@ def nothing_rendered(render: ClusterRender) -> list[Finding]:
     judged = children or list(render.tiers)
     if any(render.tiers[tid].rendered and len(render.tiers[tid].manifests) for tid in judged):
         return []
+    if entry is not None and _only_other_repositories(render, entry, children):
+        return []
     unchecked = judged if entry is None or render.tiers[entry].rendered and children else [entry, *children]
     reasons = [f"{tid} ({_why_not_rendered(render.tiers[tid])})" for tid in unchecked]
     listed = ", ".join(reasons[:NOT_CHECKED_LISTED]) + (f" and {len(reasons) - NOT_CHECKED_LISTED} more" if len(reasons) > NOT_CHECKED_LISTED else "")
     what = f"none of the {plural(len(children), 'Kustomization')} its entry applies rendered an object" if children else "its entry rendered no object"
     message = f"nothing of cluster {render.cluster} (entry ./{render.entry}) was checked: {what}; not checked: {listed or 'no tier'}"
     return [Finding("nothing-rendered", Severity.ERROR, message, location=SourceLocation(render.entry or "."))]
+
+
+_SOURCE_GROUP = "source.toolkit.fluxcd.io"
+# The source kinds a Kustomization may apply that name a repository by URL.
+_REPOSITORY_KINDS = frozenset({"GitRepository", "OCIRepository", "Bucket"})
+
+
+def _only_other_repositories(render: ClusterRender, entry: TierId, children: list[TierId]) -> bool:
+    """Whether the entry rendered the cluster's own objects and every other tier applies another repository
+    that the render itself defines (controlplaneio-fluxcd/d2-fleet's `update` cluster: its Kustomizations run
+    image automation on the d2-apps and d2-infra repositories). Not for a source the entry itself syncs from:
+    that is this repository under another name, and nothing of it was checked."""
+    own = render.tiers[entry]
+    if not own.rendered or not children:
+        return False
+    if not any(not is_flux_kustomization(m) and m.ref.group != _SOURCE_GROUP for m in own.manifests):
+        return False  # Kustomizations and sources only: wiring, not the cluster's own objects
+    defined = {(m.ref.kind, m.ref.namespace, m.ref.name) for tier in render.tiers.values() for m in tier.manifests if m.ref.kind in _REPOSITORY_KINDS}
+    for tid in children:
+        tier = render.tiers[tid]
+        source = tier.spec.source
+        if tier.rendered or tier.failed or source == own.spec.source or (source.kind, source.namespace, source.name) not in defined:
+            return False
+    return True
 
 
 def _why_not_rendered(tier: RenderedTier) -> str:

@@ -1007,6 +1007,30 @@ def test_an_oci_artifact_of_a_subdirectory_is_discovered_without_configuration(t
     assert repository_clusters(rooted) == []
 
 
+def test_a_flux_instance_syncing_an_oci_artifact_of_the_repository_root(tmp_path: Path) -> None:
+    """controlplaneio-fluxcd/d2-fleet: CI pushes the repository (`flux push artifact --path=./`) and each cluster's
+    FluxInstance syncs it (`sync: {kind: OCIRepository, path: clusters/prod-eu}`). The path exists here, so the
+    OCIRepository is this repository: its tiers render (before, every cluster was `nothing-rendered`)."""
+    instance = {
+        "apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "flux", "namespace": "flux-system"},
+        "spec": {"distribution": {"version": "2.x"}, "sync": {"kind": "OCIRepository", "url": "oci://ghcr.io/acme/fleet", "ref": "latest", "path": "clusters/prod-eu"}},
+    }
+    oci = {"source": "flux-system", "source_kind": "OCIRepository"}
+    files = {
+        "clusters/prod-eu/kustomization.yaml": kustomization("flux-instance.yaml", "infra.yaml"),
+        "clusters/prod-eu/flux-instance.yaml": dump(instance),
+        "clusters/prod-eu/infra.yaml": dump(ks("infra", "./infra", **oci)),
+        "infra/kustomization.yaml": kustomization("cm.yaml"),
+        "infra/cm.yaml": dump(cm("web", "default")),
+    }
+    root = write_tree(tmp_path / "repo", files)
+    report = check_repository(root, "prod-eu")
+    assert ("infra", "infra", 1) in {(t.id.name, t.path, t.objects) for t in report.tiers}
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == [], [f.message for f in report.findings]
+    elsewhere = write_tree(tmp_path / "elsewhere", {**files, "clusters/prod-eu/flux-instance.yaml": dump({**instance, "spec": {**instance["spec"], "sync": {**instance["spec"]["sync"], "path": "clusters/other"}}})})
+    assert any(f.check == "nothing-rendered" for f in check_repository(elsewhere, "prod-eu").findings)
+
+
 def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
     """The Flux Operator substitutes cluster-config into every Kustomization (no postBuild in git): declared per
     cluster, each tier is judged as if it had it, so its tokens are no literal-token errors."""

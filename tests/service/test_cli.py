@@ -320,6 +320,34 @@ def test_an_entry_whose_kustomizations_all_apply_other_sources_checked_nothing(t
     )
 
 
+@pytest.mark.parametrize("defined, own_objects, nothing", [
+    pytest.param(True, True, False, id="other-repositories-defined-entry-has-content"),
+    pytest.param(False, True, True, id="sources-not-defined"),
+    pytest.param(True, False, True, id="entry-only-wiring"),
+])
+def test_an_entry_whose_tiers_apply_repositories_it_defines(tmp_path: Path, capsys: pytest.CaptureFixture[str], defined: bool, own_objects: bool, nothing: bool) -> None:
+    """controlplaneio-fluxcd/d2-fleet's `update` cluster: the entry holds the cluster's own objects (namespaces,
+    RBAC, image automation) and defines GitRepositories of other repositories that its Kustomizations apply.
+    The entry was checked: no `nothing-rendered`. A source the render does not define may be this repository
+    under another name, and an entry of Kustomizations only is wiring: both still check nothing."""
+    sources = [
+        obj("source.toolkit.fluxcd.io/v1", "GitRepository", "apps", "flux-system", spec={"url": "https://github.com/acme/apps", "interval": "1h"}),
+        obj("source.toolkit.fluxcd.io/v1", "GitRepository", "infra", "flux-system", spec={"url": "https://github.com/acme/infra", "interval": "1h"}),
+    ]
+    extra = {
+        "clusters/dev/kustomization.yaml": kustomization(
+            "apps.yaml", "infra.yaml", *(["sources.yaml"] if defined else []), *(["team.yaml"] if own_objects else []),
+        ),
+        "clusters/dev/sources.yaml": dump(*sources),
+        "clusters/dev/team.yaml": dump(obj("v1", "Namespace", "team")),
+    }
+    write_tree(tmp_path, flux_repo({"apps": ks("apps", "./apps", source="apps"), "infra": ks("infra", "./infra", source="infra")}, extra))
+    code = main(["check", "--repo", str(tmp_path), "--cluster", "dev", "--no-cache", "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert any(f["check"] == "nothing-rendered" for f in findings) is nothing
+    assert code == (1 if nothing else 0)
+
+
 def test_one_rendered_tier_is_enough(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_tree(tmp_path, flux_repo(
         {"apps": ks("apps", "./apps", source="other-repo"), "local": ks("local", "./local")},
