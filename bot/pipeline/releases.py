@@ -35,11 +35,12 @@ from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workers import WorkerPool
-from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult
+from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult, effective_values_files
 from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
 from bot.engine.config import RepoConfig
 from bot.engine.errors import RenderError
 from bot.engine.facts import TierFacts
+from bot.engine.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
@@ -317,14 +318,21 @@ def _render_one(
         return replace(base, reason=f"{PLAIN_REASONS.get(exc.reason, exc.reason)}: {exc}"), []
     values = compose_values(spec, objects)
     findings = list(values.missing)
-    request = ChartRenderRequest(
-        archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
-        release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
-    )
-    key = _render_key(request, chart.digest)
-    result = _rendered(stage, request, key, cached_only)
-    if result is None:
-        return None
+    source_values = _source_values(snapshot, plan) if plan.kind == "git" else None
+    key = ""
+    result: ChartRenderResult | ChartRenderFailure | None
+    if isinstance(source_values, ChartRenderFailure):
+        result = source_values
+    else:
+        request = ChartRenderRequest(
+            archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
+            release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
+            source_values=source_values, ignore_missing_values_files=plan.ignore_missing_values_files,
+        )
+        key = _render_key(request, chart.digest)
+        result = _rendered(stage, request, key, cached_only)
+        if result is None:
+            return None
     if isinstance(result, ChartRenderFailure):
         failed = replace(base, outcome=Outcome.FAILED, version=chart.version, reason=result.message)
         check = "render-limit" if result.kind in ("timeout", "memory", "output") else "chart-render-failed"
@@ -356,6 +364,28 @@ def _render_one(
         manifests=objects_of.manifests, crds=objects_of.crds,
     )
     return release, findings
+
+
+def _source_values(snapshot: RepoTree, plan: ChartPlan) -> tuple[tuple[str, str], ...] | ChartRenderFailure | None:
+    """A chart from this repository's valuesFiles, read from the repository root, not the chart directory.
+
+    source-controller internal/helm/chart builder_local.go mergeFileValues: a GitRepository (or Bucket) chart's
+    valuesFiles are paths in the source artifact, securely joined to its root (`..` stops at the root); a
+    missing one fails the build unless ignoreMissingValuesFiles. None: no valuesFiles that count.
+    """
+    files = effective_values_files(plan.values_files)
+    if not files:
+        return None
+    out: list[tuple[str, str]] = []
+    for reference in files:
+        path = posixpath.normpath("/" + reference).lstrip("/")
+        text = snapshot.read_text(path) if path and snapshot.is_file(path) else None
+        if text is None:
+            if plan.ignore_missing_values_files and not snapshot.exists(path):
+                continue
+            return ChartRenderFailure("values", f"no values file found at path '/{path}' (reference '{reference}')")
+        out.append((reference, text))
+    return tuple(out)
 
 
 def _fetch(plan: ChartPlan, fetcher: ChartFetcher, snapshot: RepoTree) -> FetchedChart:
@@ -482,54 +512,69 @@ def _packed(stage: ChartStage, snapshot: RepoTree, path: str) -> FetchedChart:
 
 
 def _chart_files_key(snapshot: RepoTree, path: str) -> str | None:
-    """A key over a chart directory's paths and blob ids (what `pack_chart` reads), None when it would refuse it."""
+    """A key over the paths and blob ids of the files `pack_chart` packs, None when it would refuse the chart."""
     root = path.strip("/")
-    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
+    try:
+        listed = _chart_paths(snapshot, root)
+    except ChartFetchError:
         return None
-    listing: list[tuple[str, str]] = []
-    stack = [root]
+    listing = [(rel, snapshot.file_digest(_join(root, rel))) for rel in listed]
+    return versioned_key("git-chart", root, sorted((rel, digest) for rel, digest in listing if digest is not None))
+
+
+def _join(root: str, rel: str) -> str:
+    return posixpath.join(root, rel) if root else rel
+
+
+def _chart_paths(snapshot: RepoTree, root: str) -> list[str]:
+    """The chart-relative files of the chart at `root` that Helm's loader takes, in packing order.
+
+    source-controller packs a chart from a GitRepository with its secure copy of Helm's directory loader
+    (internal/helm/chart/secureloader/directory.go SecureLoadDir): the chart's `.helmignore` (plus Helm's
+    default rule) applies, and an ignored directory is skipped whole, so what it holds never counts.
+    """
+    if not snapshot.is_dir(root) or not snapshot.is_file(_join(root, "Chart.yaml")):
+        raise ChartFetchError("not-found", f"no chart at ./{root} (no Chart.yaml) in this repository")
+    try:
+        rules = HelmIgnore.parse(snapshot.read_text(_join(root, HELMIGNORE)))
+    except HelmIgnoreError as exc:
+        raise ChartFetchError("invalid", f"the chart at ./{root} cannot be loaded: {exc}") from None
+    out: list[str] = []
+    stack = [""]
     while stack:
         directory = stack.pop()
-        dirs, files = snapshot.list_dir(directory)
-        stack.extend(posixpath.join(directory, d) for d in dirs)
-        for file_name in files:
-            rel = posixpath.join(directory, file_name)
-            digest = snapshot.file_digest(rel)
-            if digest is not None:
-                listing.append((posixpath.relpath(rel, root), digest))
-        if len(listing) > MAX_CHART_FILES:
-            return None
-    return versioned_key("git-chart", root, sorted(listing))
+        dirs, files = snapshot.list_dir(_join(root, directory) if directory else root)
+        for name in sorted(dirs, reverse=True):
+            rel = posixpath.join(directory, name)
+            if not rules.ignored(rel, True):
+                stack.append(rel)
+        out.extend(rel for name in sorted(files) if not rules.ignored(rel := posixpath.join(directory, name), False))
+        if len(out) > MAX_CHART_FILES:
+            raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
+    return out
 
 
 def pack_chart(snapshot: RepoTree, path: str) -> FetchedChart:
     """A chart directory of this repository as a deterministic archive (what source-controller packages from Git)."""
     root = path.strip("/")
-    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
-        raise ChartFetchError("not-found", f"no chart at ./{root} (no Chart.yaml) in this repository")
+    listed = _chart_paths(snapshot, root)
     name = posixpath.basename(root) or "chart"
     buffer = io.BytesIO()
-    count = size = 0
+    size = 0
     # gzip's header carries a time: mtime 0 keeps the archive, and so its digest and cache keys, stable.
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed, tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        stack = [root]
-        while stack:
-            directory = stack.pop()
-            dirs, files = snapshot.list_dir(directory)
-            stack.extend(posixpath.join(directory, d) for d in sorted(dirs, reverse=True))
-            for file_name in sorted(files):
-                rel = posixpath.join(directory, file_name)
-                data = snapshot.read_bytes(rel)
-                if data is None:
-                    continue
-                count, size = count + 1, size + len(data)
-                if count > MAX_CHART_FILES or size > MAX_CHART_BYTES:
-                    raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
-                info = tarfile.TarInfo(posixpath.join(name, posixpath.relpath(rel, root)))
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                tar.addfile(info, io.BytesIO(data))
+        for rel in listed:
+            data = snapshot.read_bytes(_join(root, rel))
+            if data is None:
+                continue
+            size += len(data)
+            if size > MAX_CHART_BYTES:
+                raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
+            info = tarfile.TarInfo(posixpath.join(name, rel))
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
     archive = buffer.getvalue()
-    version = _chart_version(snapshot.read_text(posixpath.join(root, "Chart.yaml")) or "")
+    version = _chart_version(snapshot.read_text(_join(root, "Chart.yaml")) or "")
     digest = "sha256:" + hashlib.sha256(archive).hexdigest()
     return FetchedChart(archive=archive, name=name, version=version, digest=digest, url=f"./{root}")
 
