@@ -124,3 +124,41 @@ def test_the_crd_of_a_subchart_its_condition_disables_is_not_provided(tmp_path: 
 
     assert check(False) == ["unknown-kind"]
     assert check(True) == []
+
+
+def test_a_file_dependency_not_vendored_is_packed_in_and_a_remote_one_says_why(tmp_path: Path) -> None:
+    # source-controller's DependencyManager builds what charts/ lacks: a file:// path from the repository.
+    from bot.adapters.workspace import build_snapshot
+    from bot.pipeline.releases import ChartOptions, ChartStage, _packed
+
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    write_chart(repo / "charts", "common", "1.2.0", templates={"cm.yaml": CM.format(name="common-{{ .Release.Name }}")})
+    write_chart(repo / "charts", "webapp", templates={"deployment.yaml": DEPLOYMENT}, values={"replicas": 1, "tag": "1.25", "port": 80},
+                declared=[{"name": "common", "version": "1.x", "repository": "file://../common"}])
+    with render_repository(repo, "dev", CheckOptions()) as built:
+        release = _release(built)
+        assert release.outcome is Outcome.RENDERED, release.reason
+        assert sorted(str(m.ref) for m in release.manifests) == ["ConfigMap/default/common-web", "Deployment/default/web"]
+    # A change in the dependency is a change of the packed chart (its files key the cache too).
+    stage = ChartStage(ChartOptions(render=False), None, None)
+    first = _packed(stage, build_snapshot(repo, tmp_path / "s1"), "charts/webapp")
+    (repo / "charts" / "common" / "templates" / "cm.yaml").write_text(CM.format(name="common-changed"))
+    assert _packed(stage, build_snapshot(repo, tmp_path / "s2"), "charts/webapp").digest != first.digest
+
+    remote = _repo(tmp_path / "remote", [helm_release("web", "./charts/webapp")])
+    write_chart(remote / "charts", "webapp", templates={"deployment.yaml": DEPLOYMENT},
+                declared=[{"name": "redis", "version": "18.x", "repository": "https://charts.example.com"}])
+    report = check_repository(remote, "dev", CheckOptions())
+    [line] = [f for f in report.findings if f.check == "chart-not-rendered"]
+    assert "dependency redis from https://charts.example.com" in line.message and "not fetched" in line.message
+    assert not [f for f in report.findings if f.check == "chart-render-failed"]
+
+
+def test_a_file_dependency_outside_its_version_constraint_is_refused(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
+    write_chart(repo / "charts", "common", "2.0.0", templates={"cm.yaml": CM.format(name="c")})
+    write_chart(repo / "charts", "webapp", templates={"deployment.yaml": DEPLOYMENT},
+                declared=[{"name": "common", "version": "1.x", "repository": "file://../common"}])
+    report = check_repository(repo, "dev", CheckOptions())
+    [line] = [f for f in report.findings if f.check == "chart-not-rendered"]
+    assert "can't get a valid version for dependency 'common'" in line.message
