@@ -22,6 +22,7 @@ from bot.engine.chartrender import (
     ChartRenderRequest,
     ChartRenderResult,
     drop_test_hooks,
+    effective_values_files,
     failure,
     is_manifest,
     mentions_unseeded,
@@ -118,9 +119,13 @@ def render_chart(request: ChartRenderRequest, max_output: int) -> ChartRenderRes
             archive = request.archive if request.archive is not None else _archive_of(request.chart_dir or "", scratch)
             chart = _load(archive)
             try:
-                files = _values_files(request.values_files)
-                if files:
-                    archive = _with_default_values(archive, _merged_values(chart, files))
+                if request.source_values is not None:
+                    merged: dict[str, Any] | None = _merged_source_values(request.source_values)
+                else:
+                    files = effective_values_files(request.values_files)
+                    merged = _merged_values(chart, files, request.ignore_missing_values_files) if files else None
+                if merged is not None:
+                    archive = _with_default_values(archive, merged)
                     chart.close()
                     chart = _load(archive)
                 return _render(chart, archive, request, max_output)
@@ -152,19 +157,33 @@ def _load(archive: bytes) -> Chart:
         raise _Stop(ChartRenderFailure("chart", f"the chart cannot be loaded: {exc}")) from None
 
 
-def _values_files(files: tuple[str, ...]) -> tuple[str, ...]:
-    # A list of only values.yaml changes nothing (fluxcd/source-controller internal/helm/chart builder.go GetValuesFiles).
-    return () if len(files) == 1 and posixpath.normpath(files[0]) == _VALUES else files
+def _parsed_values(name: str, data: str) -> dict[str, Any]:
+    import helm_python as helm
+
+    try:
+        values = helm.values_from_yaml(data) if data.strip() else {}
+    except helm.HelmError as exc:
+        raise _Stop(ChartRenderFailure("values", f"unmarshaling values from '{name}' failed: {exc}")) from None
+    return values if isinstance(values, dict) else {}
 
 
-def _merged_values(chart: Chart, files: tuple[str, ...]) -> dict[str, Any]:
+def _merged_source_values(files: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A GitRepository chart's valuesFiles (read from the source root by the caller) deep-merged in order.
+
+    source-controller internal/helm/chart builder_local.go mergeFileValues: `values.yaml` is not special there.
+    """
+    merged: dict[str, Any] = {}
+    for name, data in files:
+        merged = merge_maps(merged, _parsed_values(name, data))
+    return merged
+
+
+def _merged_values(chart: Chart, files: tuple[str, ...], ignore_missing: bool = False) -> dict[str, Any]:
     """The files' values deep-merged in order, later over earlier; `values.yaml` stands for the chart's defaults.
 
     As source-controller composes a HelmChart's spec.valuesFiles (internal/helm/chart builder_remote.go
     mergeChartValues): the result *replaces* the chart's values.yaml, which counts only where it is listed.
     """
-    import helm_python as helm
-
     by_name = {entry["name"]: entry["data"] for entry in chart.files}
     merged: dict[str, Any] = {}
     for name in files:
@@ -174,12 +193,10 @@ def _merged_values(chart: Chart, files: tuple[str, ...]) -> dict[str, Any]:
             continue
         data = by_name.get(clean)
         if data is None:
+            if ignore_missing:  # spec.ignoreMissingValuesFiles (source-controller v1.3)
+                continue
             raise _Stop(ChartRenderFailure("values", f"no values file found at path '{name}'"))
-        try:
-            values = helm.values_from_yaml(data) if data.strip() else {}
-        except helm.HelmError as exc:
-            raise _Stop(ChartRenderFailure("values", f"unmarshaling values from '{name}' failed: {exc}")) from None
-        merged = merge_maps(merged, values if isinstance(values, dict) else {})
+        merged = merge_maps(merged, _parsed_values(name, data))
     return merged
 
 
@@ -267,6 +284,10 @@ def _render(chart: Chart, archive: bytes, request: ChartRenderRequest, max_outpu
         chart_version=str(metadata.get("version", "")),
         app_version=str(metadata.get("appVersion", "") or ""),
         manifests=tuple(manifests),
+        # Read after the render on purpose: rendering processes the dependencies in place, dropping the
+        # subcharts a condition or tag disables, and only the rest's crds/ are installed (helm/helm
+        # pkg/action/install.go: CRDObjects after ProcessDependenciesWithMerge; helm-controller
+        # internal/action/crds.go applyCRDs likewise).
         crds=tuple(sorted((crd["filename"], crd["data"]) for crd in chart.crds)),
         dependencies=tuple(sorted(str(dep.get("name", "")) for dep in chart.dependencies)),
         masked=masked,

@@ -41,6 +41,10 @@ class ChartRenderRequest:
     kube_version: str  # "v1.33.0"
     api_versions: tuple[str, ...]  # extra "group/version" and "group/version/Kind"
     is_upgrade: bool = False
+    # A GitRepository chart's valuesFiles, read from the source root: (reference, text) in order. Not None,
+    # they replace the chart's values.yaml (even when none was found) and `values_files` is not used.
+    source_values: tuple[tuple[str, str], ...] | None = None
+    ignore_missing_values_files: bool = False  # HelmChart spec.ignoreMissingValuesFiles
 
     def __post_init__(self) -> None:
         if (self.archive is None) == (self.chart_dir is None):
@@ -83,6 +87,15 @@ class ChartRenderFailure:
 
     kind: FailureKind
     message: str
+
+
+def effective_values_files(files: Iterable[str]) -> tuple[str, ...]:
+    """The valuesFiles that count: a list of only `values.yaml` is none (the chart's defaults are kept as they are).
+
+    fluxcd/source-controller internal/helm/chart builder.go BuildOptions.GetValuesFiles.
+    """
+    listed = tuple(files)
+    return () if len(listed) == 1 and posixpath.normpath(listed[0]) == "values.yaml" else listed
 
 
 def failure(kind: FailureKind, message: str, hide: Iterable[str] = ()) -> ChartRenderFailure:

@@ -15,7 +15,7 @@ from bot.engine.errors import InputError, UserError
 from bot.engine.semver import ConstraintError, parse_version, resolve_version
 
 MIB = 1024 * 1024
-REASONS = frozenset({"not-allowed", "unreachable", "needs-credentials", "too-large", "not-found", "invalid"})
+REASONS = frozenset({"not-allowed", "unreachable", "needs-credentials", "too-large", "not-found", "invalid", "not-vendored"})
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

@@ -61,6 +61,7 @@ class ChartPlan:
     insecure: bool = False
     layer_media_type: str | None = None  # OCIRepository spec.layerSelector.mediaType
     via: str | None = None  # "HelmChart ns/name" when a chartRef names a HelmChart
+    ignore_missing_values_files: bool = False  # a missing values file is skipped (source-controller v1.3)
 
     @property
     def host(self) -> str:
@@ -80,7 +81,7 @@ class ChartPlan:
 
         Credentials and `insecure` change how it is fetched, not what: they are left out.
         """
-        parts = [self.kind, self.url, self.chart, *self.reference, self.layer_media_type or "", *self.values_files]
+        parts = [self.kind, self.url, self.chart, *self.reference, self.layer_media_type or "", *self.values_files, self.ignore_missing_values_files]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
     def describe(self) -> str:
@@ -361,6 +362,7 @@ def _from_chart_spec(
     values_files = [_text(v, "chart.spec.valuesFiles") for v in _list(chart_spec.get("valuesFiles"), "chart.spec.valuesFiles")]
     legacy = _text(chart_spec.get("valuesFile"), "chart.spec.valuesFile")
     values_files = ([legacy] if legacy else []) + values_files
+    ignore_missing = _flag(chart_spec.get("ignoreMissingValuesFiles"), "chart.spec.ignoreMissingValuesFiles")
     if ref.kind == "Bucket":
         return ChartUnavailable("Bucket sources are not fetched", ref)
     if ref.kind not in ("HelmRepository", "GitRepository"):
@@ -370,7 +372,7 @@ def _from_chart_spec(
         path = normalise_repo_path(chart)
         if path is None:
             raise _UnsafePath(f"chart path {chart!r} climbs out of the repository")
-        return ChartPlan("git", ref, path, reference=("none", ""), values_files=tuple(values_files))
+        return ChartPlan("git", ref, path, reference=("none", ""), values_files=tuple(values_files), ignore_missing_values_files=ignore_missing)
     found = _lookup(sources, ref)
     if isinstance(found, ChartUnavailable):
         return found
@@ -382,12 +384,17 @@ def _from_chart_spec(
         path = normalise_repo_path(chart)
         if path is None:
             raise _UnsafePath(f"chart path {chart!r} climbs out of {where}")
-        return ChartPlan("git-remote", ref, path, url, _git_reference(source_spec, where), tuple(values_files), secret)
+        return ChartPlan(
+            "git-remote", ref, path, url, _git_reference(source_spec, where), tuple(values_files), secret, ignore_missing_values_files=ignore_missing
+        )
     insecure = _flag(source_spec.get("insecure"), f"{where} spec.insecure")
     if _text(source_spec.get("type"), f"{where} spec.type") == "oci":
         # source-controller helmchart_controller.go buildFromHelmRepository: the chart is `<url>/<name>`.
-        return ChartPlan("oci", ref, chart, f"{url.rstrip('/')}/{chart}", ("semver", version), tuple(values_files), secret, insecure)
-    return ChartPlan("http", ref, chart, url, ("semver", version), tuple(values_files), secret, insecure)
+        return ChartPlan(
+            "oci", ref, chart, f"{url.rstrip('/')}/{chart}", ("semver", version), tuple(values_files), secret, insecure,
+            ignore_missing_values_files=ignore_missing,
+        )
+    return ChartPlan("http", ref, chart, url, ("semver", version), tuple(values_files), secret, insecure, ignore_missing_values_files=ignore_missing)
 
 
 def _git_reference(source_spec: Mapping[str, Any], where: str) -> tuple[str, str]:

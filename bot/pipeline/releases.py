@@ -31,18 +31,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+import yaml
+
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workers import WorkerPool
-from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult
+from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult, effective_values_files
 from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
 from bot.engine.config import RepoConfig
 from bot.engine.errors import RenderError
 from bot.engine.facts import TierFacts
+from bot.engine.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
 from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
+from bot.engine.semver import ConstraintError, resolve_version
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
 from bot.engine.scope import cluster_scoped_kinds
 from bot.engine.tree import RepoTree
@@ -56,11 +60,12 @@ VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive
 MAX_CHART_BYTES = 100 * 1024 * 1024
+MAX_DEPENDENCY_DEPTH = 5  # file:// dependencies of file:// dependencies …
 NAMING_KINDS = frozenset({"HelmRepository", "OCIRepository"})  # the sources whose spec.url names a host to fetch from
 # A fetch failure's reason, as the chart-not-rendered line says it.
 PLAIN_REASONS = {
     "not-allowed": "not allowed", "unreachable": "unreachable", "needs-credentials": "needs credentials",
-    "too-large": "too large", "not-found": "not found", "invalid": "invalid",
+    "too-large": "too large", "not-found": "not found", "invalid": "invalid", "not-vendored": "a dependency is not vendored",
 }
 
 
@@ -317,14 +322,21 @@ def _render_one(
         return replace(base, reason=f"{PLAIN_REASONS.get(exc.reason, exc.reason)}: {exc}"), []
     values = compose_values(spec, objects)
     findings = list(values.missing)
-    request = ChartRenderRequest(
-        archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
-        release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
-    )
-    key = _render_key(request, chart.digest)
-    result = _rendered(stage, request, key, cached_only)
-    if result is None:
-        return None
+    source_values = _source_values(snapshot, plan) if plan.kind == "git" else None
+    key = ""
+    result: ChartRenderResult | ChartRenderFailure | None
+    if isinstance(source_values, ChartRenderFailure):
+        result = source_values
+    else:
+        request = ChartRenderRequest(
+            archive=chart.archive, chart_dir=None, values_files=plan.values_files, values=dict(values.values),
+            release_name=spec.release_name, namespace=spec.namespace, kube_version=kube_version, api_versions=capabilities,
+            source_values=source_values, ignore_missing_values_files=plan.ignore_missing_values_files,
+        )
+        key = _render_key(request, chart.digest)
+        result = _rendered(stage, request, key, cached_only)
+        if result is None:
+            return None
     if isinstance(result, ChartRenderFailure):
         failed = replace(base, outcome=Outcome.FAILED, version=chart.version, reason=result.message)
         check = "render-limit" if result.kind in ("timeout", "memory", "output") else "chart-render-failed"
@@ -356,6 +368,28 @@ def _render_one(
         manifests=objects_of.manifests, crds=objects_of.crds,
     )
     return release, findings
+
+
+def _source_values(snapshot: RepoTree, plan: ChartPlan) -> tuple[tuple[str, str], ...] | ChartRenderFailure | None:
+    """A chart from this repository's valuesFiles, read from the repository root, not the chart directory.
+
+    source-controller internal/helm/chart builder_local.go mergeFileValues: a GitRepository (or Bucket) chart's
+    valuesFiles are paths in the source artifact, securely joined to its root (`..` stops at the root); a
+    missing one fails the build unless ignoreMissingValuesFiles. None: no valuesFiles that count.
+    """
+    files = effective_values_files(plan.values_files)
+    if not files:
+        return None
+    out: list[tuple[str, str]] = []
+    for reference in files:
+        path = posixpath.normpath("/" + reference).lstrip("/")
+        text = snapshot.read_text(path) if path and snapshot.is_file(path) else None
+        if text is None:
+            if plan.ignore_missing_values_files and not snapshot.exists(path):
+                continue
+            return ChartRenderFailure("values", f"no values file found at path '/{path}' (reference '{reference}')")
+        out.append((reference, text))
+    return tuple(out)
 
 
 def _fetch(plan: ChartPlan, fetcher: ChartFetcher, snapshot: RepoTree) -> FetchedChart:
@@ -482,56 +516,125 @@ def _packed(stage: ChartStage, snapshot: RepoTree, path: str) -> FetchedChart:
 
 
 def _chart_files_key(snapshot: RepoTree, path: str) -> str | None:
-    """A key over a chart directory's paths and blob ids (what `pack_chart` reads), None when it would refuse it."""
+    """A key over the paths and blob ids of the files `pack_chart` packs (its local dependencies' too), None when
+    it would refuse the chart."""
     root = path.strip("/")
-    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
+    entries: list[tuple[str, str]] = []
+    try:
+        _collect(snapshot, root, posixpath.basename(root) or "chart", entries, depth=0)
+    except ChartFetchError:
         return None
-    listing: list[tuple[str, str]] = []
-    stack = [root]
+    listing = [(member, snapshot.file_digest(source)) for member, source in entries]
+    return versioned_key("git-chart", root, sorted((member, digest) for member, digest in listing if digest is not None))
+
+
+def _join(root: str, rel: str) -> str:
+    return posixpath.join(root, rel) if root else rel
+
+
+def _chart_paths(snapshot: RepoTree, root: str) -> list[str]:
+    """The chart-relative files of the chart at `root` that Helm's loader takes, in packing order.
+
+    source-controller packs a chart from a GitRepository with its secure copy of Helm's directory loader
+    (internal/helm/chart/secureloader/directory.go SecureLoadDir): the chart's `.helmignore` (plus Helm's
+    default rule) applies, and an ignored directory is skipped whole, so what it holds never counts.
+    """
+    if not snapshot.is_dir(root) or not snapshot.is_file(_join(root, "Chart.yaml")):
+        raise ChartFetchError("not-found", f"no chart at ./{root} (no Chart.yaml) in this repository")
+    try:
+        rules = HelmIgnore.parse(snapshot.read_text(_join(root, HELMIGNORE)))
+    except HelmIgnoreError as exc:
+        raise ChartFetchError("invalid", f"the chart at ./{root} cannot be loaded: {exc}") from None
+    out: list[str] = []
+    stack = [""]
     while stack:
         directory = stack.pop()
-        dirs, files = snapshot.list_dir(directory)
-        stack.extend(posixpath.join(directory, d) for d in dirs)
-        for file_name in files:
-            rel = posixpath.join(directory, file_name)
-            digest = snapshot.file_digest(rel)
-            if digest is not None:
-                listing.append((posixpath.relpath(rel, root), digest))
-        if len(listing) > MAX_CHART_FILES:
-            return None
-    return versioned_key("git-chart", root, sorted(listing))
+        dirs, files = snapshot.list_dir(_join(root, directory) if directory else root)
+        for name in sorted(dirs, reverse=True):
+            rel = posixpath.join(directory, name)
+            if not rules.ignored(rel, True):
+                stack.append(rel)
+        out.extend(rel for name in sorted(files) if not rules.ignored(rel := posixpath.join(directory, name), False))
+        if len(out) > MAX_CHART_FILES:
+            raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
+    return out
 
 
 def pack_chart(snapshot: RepoTree, path: str) -> FetchedChart:
-    """A chart directory of this repository as a deterministic archive (what source-controller packages from Git)."""
+    """A chart directory of this repository as a deterministic archive (what source-controller packages from Git),
+    with the `file://` dependencies its Chart.yaml declares but charts/ lacks packed in."""
     root = path.strip("/")
-    if not snapshot.is_dir(root) or not snapshot.is_file(posixpath.join(root, "Chart.yaml")):
-        raise ChartFetchError("not-found", f"no chart at ./{root} (no Chart.yaml) in this repository")
     name = posixpath.basename(root) or "chart"
+    entries: list[tuple[str, str]] = []  # (archive path, repository path)
+    _collect(snapshot, root, name, entries, depth=0)
     buffer = io.BytesIO()
-    count = size = 0
+    size = 0
     # gzip's header carries a time: mtime 0 keeps the archive, and so its digest and cache keys, stable.
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed, tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        stack = [root]
-        while stack:
-            directory = stack.pop()
-            dirs, files = snapshot.list_dir(directory)
-            stack.extend(posixpath.join(directory, d) for d in sorted(dirs, reverse=True))
-            for file_name in sorted(files):
-                rel = posixpath.join(directory, file_name)
-                data = snapshot.read_bytes(rel)
-                if data is None:
-                    continue
-                count, size = count + 1, size + len(data)
-                if count > MAX_CHART_FILES or size > MAX_CHART_BYTES:
-                    raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
-                info = tarfile.TarInfo(posixpath.join(name, posixpath.relpath(rel, root)))
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                tar.addfile(info, io.BytesIO(data))
+        for member, source in entries:
+            data = snapshot.read_bytes(source)
+            if data is None:
+                continue
+            size += len(data)
+            if size > MAX_CHART_BYTES or len(entries) > MAX_CHART_FILES:
+                raise ChartFetchError("too-large", f"the chart at ./{root} has more than {MAX_CHART_FILES} files or {MAX_CHART_BYTES >> 20} MiB")
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
     archive = buffer.getvalue()
-    version = _chart_version(snapshot.read_text(posixpath.join(root, "Chart.yaml")) or "")
+    version = _chart_version(snapshot.read_text(_join(root, "Chart.yaml")) or "")
     digest = "sha256:" + hashlib.sha256(archive).hexdigest()
     return FetchedChart(archive=archive, name=name, version=version, digest=digest, url=f"./{root}")
+
+
+def _collect(snapshot: RepoTree, root: str, prefix: str, entries: list[tuple[str, str]], depth: int) -> None:
+    """The files of the chart at `root` under `prefix/`, then its missing local dependencies under `prefix/charts/NAME/`.
+
+    source-controller internal/helm/chart dependency_manager.go: a dependency of a chart directory that charts/
+    lacks (collectMissing, by alias or name) is built: a `file://` one from the path relative to the chart,
+    securely joined to the source root (secureLocalChartPath), and its version constraint must hold; a remote
+    one is downloaded from its repository, which a PR could point anywhere: not fetched here, and said so.
+    """
+    listed = _chart_paths(snapshot, root)
+    entries.extend((posixpath.join(prefix, rel), _join(root, rel)) for rel in listed)
+    for dep in _missing_dependencies(snapshot, root, listed):
+        name, repository, constraint = dep
+        if not repository.startswith("file://"):
+            where = f" from {repository}" if repository else ""
+            raise ChartFetchError("not-vendored", f"dependency {name}{where} of the chart at ./{root} is not in its charts/ and is not fetched")
+        if depth >= MAX_DEPENDENCY_DEPTH:
+            raise ChartFetchError("invalid", f"the chart at ./{root} nests local dependencies deeper than {MAX_DEPENDENCY_DEPTH}")
+        local = posixpath.normpath("/" + posixpath.join(root, repository[len("file://"):])).lstrip("/")
+        version = _chart_version(snapshot.read_text(_join(local, "Chart.yaml")) or "")
+        try:
+            fits = not constraint or resolve_version(constraint, [version]) is not None
+        except ConstraintError:
+            fits = False
+        if snapshot.is_file(_join(local, "Chart.yaml")) and not fits:
+            raise ChartFetchError("invalid", f"can't get a valid version for dependency '{name}' (./{local} is {version or 'unversioned'}, wanted {constraint})")
+        _collect(snapshot, local, posixpath.join(prefix, "charts", name), entries, depth + 1)
+
+
+def _missing_dependencies(snapshot: RepoTree, root: str, listed: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(alias or name, repository, version) of each Chart.yaml dependency with nothing of that name in charts/."""
+    try:
+        metadata = yaml.safe_load(snapshot.read_text(_join(root, "Chart.yaml")) or "")
+    except yaml.YAMLError:
+        return []  # Helm's loader reports it when the chart renders
+    declared = metadata.get("dependencies") if isinstance(metadata, dict) else None
+    if not isinstance(declared, list):
+        return []
+    vendored = {rel.split("/")[1] for rel in listed if rel.startswith("charts/") and rel.count("/") >= 2}
+    archives = [rel.split("/")[1] for rel in listed if rel.startswith("charts/") and rel.count("/") == 1 and rel.endswith(".tgz")]
+    out = []
+    for entry in declared:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        name = str(entry["name"])
+        if name in vendored or any(a.startswith(name + "-") or a == name + ".tgz" for a in archives):
+            continue
+        out.append((str(entry.get("alias") or name), str(entry.get("repository") or ""), str(entry.get("version") or "")))
+    return out
 
 
 def _chart_version(chart_yaml: str) -> str:

@@ -207,6 +207,53 @@ def test_values_files_merge_in_order_and_replace_the_defaults(renderer: HelmRend
     assert missing == ChartRenderFailure("values", "no values file found at path 'env/prod.yaml'")
 
 
+def test_ignore_missing_values_files_skips_a_missing_file_inside_the_chart(renderer: HelmRenderer, tmp_path: Path) -> None:
+    # source-controller builder_remote.go mergeChartValues with ignoreMissingValuesFiles (v1.3): skipped, not failed.
+    chart = write_chart(tmp_path, "miss", templates={"cm.yaml": CM.format(name="m", data="  a: {{ .Values.a | default \"unset\" | quote }}")},
+                        values={"a": "default"}, files={"first.yaml": "a: first\n"})
+    archive = chart_archive(chart, tmp_path / "out")
+    data = objects(rendered(renderer, archive, values_files=("env/prod.yaml", "first.yaml"), ignore_missing_values_files=True))["ConfigMap/m"]["data"]
+    assert data == {"a": "first"}
+    # Every file missing and skipped: the merge is empty, and it still replaces the chart's values.yaml.
+    data = objects(rendered(renderer, archive, values_files=("a.yaml", "b.yaml"), ignore_missing_values_files=True))["ConfigMap/m"]["data"]
+    assert data == {"a": "unset"}
+
+
+def test_source_values_replace_the_defaults_and_values_yaml_is_not_special(renderer: HelmRenderer, tmp_path: Path) -> None:
+    # A GitRepository chart's valuesFiles come read from the source root (builder_local.go mergeFileValues).
+    chart = write_chart(tmp_path, "src", templates={"cm.yaml": CM.format(name="s", data="  a: {{ .Values.a | default \"unset\" | quote }}\n  b: {{ .Values.b | default \"unset\" | quote }}")},
+                        values={"a": "default", "b": "default"})
+    archive = chart_archive(chart, tmp_path / "out")
+
+    def data_of(source_values: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        return objects(rendered(renderer, archive, source_values=source_values, values_files=("ignored.yaml",)))["ConfigMap/s"]["data"]
+
+    assert data_of((("values.yaml", "a: root\n"), ("envs/prod.yaml", "b: prod\n"))) == {"a": "root", "b": "prod"}
+    assert data_of(()) == {"a": "unset", "b": "unset"}
+    bad = renderer.render(request(archive, source_values=(("envs/bad.yaml", "a: [\n"),)))
+    assert isinstance(bad, ChartRenderFailure) and bad.message.startswith("unmarshaling values from 'envs/bad.yaml' failed")
+
+
+def test_the_crds_of_a_subchart_disabled_by_a_condition_or_tag_are_not_installed(renderer: HelmRenderer, tmp_path: Path) -> None:
+    # helm/helm pkg/action/install.go: CRDObjects() is read after ProcessDependenciesWithMerge dropped the
+    # subcharts a condition or tag disables; helm-controller's applyCRDs does the same (internal/action/crds.go).
+    crd_of = lambda name: f"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {name}.example.io\n"  # noqa: E731
+    gated = write_chart(tmp_path / "subs", "gated", crds={"g.yaml": crd_of("gs")}, templates={"cm.yaml": CM.format(name="gated", data="  x: y")})
+    tagged = write_chart(tmp_path / "subs", "tagged", crds={"t.yaml": crd_of("ts")})
+    top = write_chart(tmp_path, "top", dependencies=[gated, tagged], conditions={"gated": "gated.enabled"}, tags={"tagged": ["extras"]},
+                      values={"gated": {"enabled": False}, "tags": {"extras": False}})
+    archive = chart_archive(top, tmp_path / "out")
+    off = rendered(renderer, archive)
+    assert (off.crds, off.dependencies, objects(off)) == ((), (), {})
+    on = rendered(renderer, archive, values={"gated": {"enabled": True}, "tags": {"extras": True}})
+    assert [name for name, _ in on.crds] == ["top/charts/gated/crds/g.yaml", "top/charts/tagged/crds/t.yaml"]
+    assert on.dependencies == ("gated", "tagged") and list(objects(on)) == ["ConfigMap/gated"]
+    # The seeded second render (a chart with random functions) reads the same pruned chart.
+    rand = write_chart(tmp_path, "rand", dependencies=[gated], conditions={"gated": "gated.enabled"},
+                       templates={"s.yaml": CM.format(name="r", data="  p: {{ randAlphaNum 8 | quote }}")})
+    assert rendered(renderer, chart_archive(rand, tmp_path / "out2"), values={"gated": {"enabled": False}}).crds == ()
+
+
 def test_a_template_that_loops_times_out_within_the_bound(pool: WorkerPool, tmp_path: Path) -> None:
     # Nested: a flat `until 100000000` first builds a 100-million-item list, and is stopped by the memory bound.
     chart = write_chart(tmp_path, "loop", templates={"x.yaml": "{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}"})

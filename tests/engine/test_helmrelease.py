@@ -203,6 +203,19 @@ def test_http_helm_repository() -> None:
     assert plan.describe() == "chart podinfo 6.x from HelmRepository flux-system/podinfo"
 
 
+def test_ignore_missing_values_files_is_read_for_every_source_and_keys_the_archive() -> None:
+    for spec in (from_repo(valuesFiles=["a.yaml"], ignoreMissingValuesFiles=True), from_repo(name="ghcr", ignoreMissingValuesFiles=True),
+                 {"chart": {"spec": {"chart": "./app", "sourceRef": {"kind": "GitRepository", "name": "flux-system"}, "ignoreMissingValuesFiles": True}}}):
+        plan = parse(spec, namespace="flux-system").chart
+        assert isinstance(plan, ChartPlan) and plan.ignore_missing_values_files
+    plain = parse(from_repo(valuesFiles=["a.yaml"])).chart
+    ignoring = parse(from_repo(valuesFiles=["a.yaml"], ignoreMissingValuesFiles=True)).chart
+    assert isinstance(plain, ChartPlan) and isinstance(ignoring, ChartPlan) and not plain.ignore_missing_values_files
+    assert plain.cache_key() != ignoring.cache_key()
+    bad = parse_release(hr(from_repo(ignoreMissingValuesFiles="yes")), ALL)
+    assert isinstance(bad, Finding) and "ignoreMissingValuesFiles must be true or false" in bad.message
+
+
 def test_empty_version_means_any() -> None:
     plan = parse(from_repo()).chart
     assert isinstance(plan, ChartPlan) and plan.reference == ("semver", "*")

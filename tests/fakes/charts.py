@@ -20,8 +20,14 @@ def write_chart(
     dependencies: Iterable[Path] = (),
     library: bool = False,
     app_version: str | None = None,
+    conditions: Mapping[str, str] | None = None,
+    tags: Mapping[str, list[str]] | None = None,
+    declared: Iterable[Mapping[str, Any]] = (),
 ) -> Path:
     """Write `root/name/` as a chart; `dependencies` are chart directories, packaged into its charts/.
+
+    `conditions` and `tags` (by dependency name) go into its Chart.yaml entries; `declared` adds
+    Chart.yaml dependency entries as written, with nothing vendored for them.
 
     `templates` and `crds` map file names (under templates/ and crds/) to text; `files` maps other
     chart-relative paths (extra values files) to text.
@@ -34,6 +40,13 @@ def write_chart(
     subcharts = [Path(dep) for dep in dependencies]
     if subcharts:
         metadata["dependencies"] = [{"name": _meta(dep)["name"], "version": _meta(dep)["version"]} for dep in subcharts]
+        for entry in metadata["dependencies"]:
+            if entry["name"] in (conditions or {}):
+                entry["condition"] = (conditions or {})[entry["name"]]
+            if entry["name"] in (tags or {}):
+                entry["tags"] = (tags or {})[entry["name"]]
+    if declared:
+        metadata.setdefault("dependencies", []).extend(dict(entry) for entry in declared)
     (chart / "Chart.yaml").write_text(yaml.safe_dump(metadata, sort_keys=False))
     (chart / "values.yaml").write_text(yaml.safe_dump(dict(values or {}), sort_keys=False))
     for folder, entries in (("templates", templates), ("crds", crds)):
