@@ -225,7 +225,7 @@ class _Run:
             with self.git.checkout(self.mirror, sha) as tree:
                 return read_tree_state(
                     tree, kustomize=options.kustomize, jobs=options.jobs, timeout=options.timeout,
-                    cache_dir=self.bot.cache_dir,
+                    cache_dir=self.bot.cache_dir, probes=options.probes,
                 )
         except InfraError:
             raise  # not a property of the commit: do not remember it

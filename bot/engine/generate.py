@@ -405,6 +405,15 @@ class BuildLayout:
     links: tuple[str, ...]  # repo paths to link into the mirror, in order
     file: str  # the rewritten kustomization file's repo path
     body: str  # its content
+    empty: "EmptyKustomization | None" = None  # the file kustomize-controller builds holds nothing (None: it holds something)
+
+
+@dataclass(frozen=True)
+class EmptyKustomization:
+    """A tier whose kustomization file, as kustomize-controller writes it back, holds nothing (`controller_file_empty`)."""
+
+    file: str  # the repo path of the path's own file, or of the one the controller generates
+    generated: bool  # no kustomization file in the path, and no manifest for the generated one to list
 
 
 def build_layout(snapshot: RepoTree, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str]) -> BuildLayout:
@@ -433,7 +442,42 @@ def build_layout(snapshot: RepoTree, tier: TierSpec, root: str, components: Sequ
         body = flux_kustomization(tier, text, resources, components)
     except InputError as exc:
         raise InputError(f"{rel}: {exc}") from None
-    return BuildLayout(root=root, links=tuple(p for p in links if snapshot.exists(p)), file=rel, body=body)
+    empty = EmptyKustomization(rel, generated=not name) if controller_file_empty(tier, text, resources) else None
+    return BuildLayout(root=root, links=tuple(p for p in links if snapshot.exists(p)), file=rel, body=body, empty=empty)
+
+
+_EMPTY_NULLS = ("", "~", "null", "Null", "NULL")
+
+
+def controller_file_empty(tier: TierSpec, text: str | None, generated: list[str] | None) -> bool:
+    """Whether the kustomization file kustomize-controller builds holds nothing but apiVersion and kind.
+
+    The controller reads the path's file into kustomize's type, merges the spec's fields and writes it back
+    (fluxcd/pkg kustomize/kustomize_generator.go): every field written empty (`resources: []`) is dropped by
+    `omitempty`. kustomize v5.3 then refuses the file ("kustomization.yaml is empty"); our own build adds
+    `buildMetadata` and a placeholder, so it never sees that.
+    """
+    if tier.target_namespace or tier.name_prefix or tier.name_suffix or tier.patches or tier.images or tier.components:
+        return False
+    if text is None:
+        return not generated
+    try:
+        fields = _top_level_fields(text)
+    except InputError:
+        return False  # the build reports it
+    written = [node for key, node in fields.items() if key not in ("apiVersion", "kind")]
+    # Only a file whose fields are all written empty: one with none at all is beyond this rule (it is not what
+    # fluxcd/flux2#4601 reports).
+    return bool(written) and all(_written_empty(node) for node in written)
+
+
+def _written_empty(node: yaml.Node) -> bool:
+    """Whether Go's `omitempty` drops the field (an empty list or map, an empty string, a null)."""
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        return not node.value
+    if not isinstance(node, yaml.ScalarNode):
+        return False
+    return node.value == "" or (not node.style and node.value in _EMPTY_NULLS)  # (plain: no quote style)
 
 
 def flux_kustomization(tier: TierSpec, text: str | None, generated: list[str] | None, components: Sequence[str]) -> str:

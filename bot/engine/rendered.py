@@ -16,6 +16,7 @@ from bot.engine.errors import InputError
 from bot.engine.flux import (
     FLUX_INSTANCE_GROUP as OPERATOR_GROUP, KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_instance_release, is_flux_kustomization, operator_sync,
 )
+from bot.engine.generate import EmptyKustomization
 from bot.engine.model import Cause, Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
@@ -104,6 +105,9 @@ class RawTier:
     failed: bool = False
     content_key: str | None = None  # the build cache key: equal keys, equal output
     index: DocumentIndex | None = None  # see `document_index`; None: read the documents
+    # Its kustomization file holds nothing as the controller writes it back: some Flux releases fail the build
+    # (fluxversion.empty_kustomization_fails). Such a build is not cached: the rule needs it.
+    empty: EmptyKustomization | None = None
 
     @property
     def document_index(self) -> DocumentIndex:

@@ -140,7 +140,7 @@ class TierBuilder:
         workdir = self.work / f"{next(self._counter):05d}"
         try:
             reached = [*self.index.info(root).references, *components.joined]
-            build_dir = write_build_root(self.snapshot, spec, root, components.written, reached, workdir)
+            build_dir, layout = write_build_root(self.snapshot, spec, root, components.written, reached, workdir)
         except InputError as exc:
             kustomization_path = self.index.info(root).file
             location = SourceLocation(kustomization_path) if kustomization_path else spec.origin
@@ -173,6 +173,8 @@ class TierBuilder:
             return failed(self.sanitise(str(exc), workdir))
         with self._lock:  # worker threads count concurrently
             self.builds_run += 1
+        if layout.empty is not None:  # not cached: whether it builds depends on the cluster's Flux (see RawTier.empty)
+            return RawTier(spec, documents=tuple(documents), inputs=inputs, index=DocumentIndex.of(documents), empty=layout.empty)
         return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, index=DocumentIndex.of(documents))
 
     def patched_sync(self, sync: OperatorSync, tier: TierId, origin: SourceLocation | None, findings: list[Finding]) -> Mapping[str, Any]:

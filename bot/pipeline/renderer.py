@@ -27,7 +27,7 @@ from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_r
 from bot.engine.facts import ObjectStub
 from bot.engine.clusterobjects import MAX_LIVE_SOURCES, ClusterObject, ConfigFetcher, ConfigKey, declared_objects
 from bot.engine.finish import finish_key, finish_tier, missing_sources, sources_present, tier_variables, with_injected
-from bot.engine.fluxversion import cluster_flux_version, strict_substitution
+from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
 from bot.engine.flux import entry_tier
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import (
@@ -256,10 +256,12 @@ class Renderer:
         declared = declared_objects(self.snapshot, self.config.cluster_objects.get(cluster, ()))
         config = self.config
         setting = config.strict_setting if config.strict_setting is not None else (True if config.strict_substitution else None)
-        strict = strict_substitution(setting, cluster_flux_version(self.snapshot, entry, config.flux_versions.get(cluster)))
+        # (From the snapshot and its configuration: the render key above covers it.)
+        flux = cluster_flux_version(self.snapshot, entry, config.flux_versions.get(cluster))
+        strict = strict_substitution(setting, flux)
         for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
             run = _ClusterPass(
-                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict,
+                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict, flux,
             ).run(last=attempt == 2)
             if run.better_entry is None:
                 break
@@ -294,9 +296,11 @@ class _ClusterPass:
         injected: tuple[SubstituteFrom, ...] = (),
         declared: dict[ConfigKey, ClusterObject] | None = None,
         strict: bool = False,
+        flux: FluxVersion | None = None,
     ) -> None:
         self.renderer, self.entry, self.entry_spec = renderer, entry, entry_spec
         self.strict = strict  # strict substitution: `.fluxwarden.yaml`, else the cluster's Flux version
+        self.flux = flux  # the cluster's Flux release (None: unknown), where its builds differ by version
         # The ConfigMaps/Secrets only the cluster has: declared (`clusters.<name>.cluster_objects`), then what the
         # live cluster answered (found or absent) over them; a failed read leaves a declared one in place.
         self.external: dict[ConfigKey, ClusterObject] = dict(declared or {})
@@ -403,6 +407,9 @@ class _ClusterPass:
         self.outstanding -= len(arrived)
         for future in arrived:
             raw = future.result()
+            if raw.empty is not None and not raw.failed and (why := empty_kustomization_fails(raw.empty.file, raw.empty.generated, self.flux)):
+                location = raw.spec.origin if raw.empty.generated else SourceLocation(raw.empty.file)
+                raw = RawTier(raw.spec, inputs=raw.inputs, failed=True, findings=(render_failed(raw.spec.id, why, location),))
             if raw.spec.id in self.placed and not raw.failed:
                 raw, why = within_artifact(raw, *self.placed[raw.spec.id])
                 if why is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.adapters.cache import BuildCache, cache_budget
-from bot.adapters.kustomize import KustomizeBinary, locate_kustomize, remember_version
+from bot.adapters.kustomize import KustomizeBinary, KustomizeProbes, locate_kustomize, remember_version
 from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
 from bot.engine.clusterobjects import ConfigFetcher
@@ -45,6 +45,9 @@ class CheckOptions:
     progress: Progress | None = field(default=None, compare=False)  # counters for a progress line (the CLI on a terminal)
     # Reads substituteFrom ConfigMaps/Secrets that git lacks from the live cluster (`--live`, the bot's live access).
     live_config: ConfigFetcher | None = field(default=None, compare=False)
+    # What the process learnt of its kustomize binaries (versions, whether they start): the service keeps one for
+    # its life, so each binary is probed once per process. None: the run keeps its own (the CLI: one run a process).
+    probes: KustomizeProbes | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def work_dirs() -> list[str]:
 @contextmanager
 def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarden-") -> Iterator[Run]:
     """A run with `options.cache_dir`'s cache (None: none): kustomize located, its scratch directory removed at the end."""
-    binary = locate_kustomize(options.kustomize)
+    binary = locate_kustomize(options.kustomize, options.probes)
     _enter_run()
     try:
         with run_cache(options.cache_dir, binary) as cache, tempfile.TemporaryDirectory(prefix=prefix) as tmp, ExitStack() as stack:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.adapters.kustomize import KustomizeProbes
 from bot.adapters.workspace import read_config_text
 from bot.engine.config import RepoConfig, known_clusters, load_repo_config
 from bot.engine.errors import TierOrderError, UserError
@@ -30,10 +31,11 @@ def read_tier_order_file(tree: Path, rel: str) -> str | None:
 
 
 def read_tree_state(tree: Path, *, kustomize: str | None = None, jobs: int | None = None, timeout: float = 120.0,
-                    cache_dir: Path | None = None, config: RepoConfig | None = None) -> TreeState:
+                    cache_dir: Path | None = None, config: RepoConfig | None = None, probes: KustomizeProbes | None = None) -> TreeState:
     """Render every cluster of the checked-out `tree` (graphs only) and read its tier order file.
 
-    `config` stands in for the tree's `.fluxwarden.yaml` (`--config FILE`).
+    `config` stands in for the tree's `.fluxwarden.yaml` (`--config FILE`); `probes` is the caller's record of
+    its kustomize binaries (see `CheckOptions.probes`).
     """
     if not tree.is_dir():
         raise UserError(f"{tree} is not a directory")
@@ -44,7 +46,7 @@ def read_tree_state(tree: Path, *, kustomize: str | None = None, jobs: int | Non
     setting = config.tier_order
     text = read_tier_order_file(tree, setting.file)
     graphs: dict[str, dict[str, frozenset[str]]] = {}
-    options = CheckOptions(kustomize=kustomize, jobs=jobs, timeout=timeout, cache_dir=cache_dir)
+    options = CheckOptions(kustomize=kustomize, jobs=jobs, timeout=timeout, cache_dir=cache_dir, probes=probes)
     with open_run(options, prefix="fluxwarden-tierfix-") as run:
         session = run.tree(tree, config=config)
         renderer = session.renderer()

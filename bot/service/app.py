@@ -19,7 +19,7 @@ from aiohttp import web
 
 from bot.adapters.git import Mirrors
 from bot.adapters.github import GitHubAdapter
-from bot.adapters.kustomize import allow_builds, locate_kustomize, stop_builds
+from bot.adapters.kustomize import KustomizeProbes, allow_builds, locate_kustomize, stop_builds
 from bot.adapters.memory import set_render_memory
 from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine.errors import FluxwardenError
@@ -157,7 +157,8 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
     metrics = new_metrics()
     adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
     git = Mirrors(config.cache_dir / "mirrors", credentials=adapter.installation_token)
-    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts, release_memory=True)
+    # One record of the kustomize binaries for the process: each one's version is read once, not once per run.
+    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts, release_memory=True, probes=KustomizeProbes())
     cache_dir = config.cache_dir / "builds"
     queue = RunQueue(config.limits.workers, config.limits.queue)
     identity = (config.leader_election.identity or replica_identity()) if config.leader_election.enabled else None
@@ -239,7 +240,7 @@ async def check_readiness(bot: BotContext, readiness: Readiness) -> None:
     except FluxwardenError as exc:
         readiness.checks["github"] = str(exc)
     try:
-        binary = await asyncio.to_thread(locate_kustomize, bot.options.kustomize)
+        binary = await asyncio.to_thread(locate_kustomize, bot.options.kustomize, bot.options.probes)
         readiness.checks["kustomize"] = None if binary.version != "unknown" else f"{binary.path} did not report a version"
     except FluxwardenError as exc:
         readiness.checks["kustomize"] = str(exc)

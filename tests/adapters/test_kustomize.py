@@ -15,7 +15,7 @@ import pytest
 from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
 from bot.adapters import kustomize
 from bot.adapters.cache import BuildCache
-from bot.adapters.kustomize import STOPPED_MESSAGES, KustomizeBinary, locate_kustomize, run_build
+from bot.adapters.kustomize import STOPPED_MESSAGES, KustomizeBinary, KustomizeProbes, locate_kustomize, run_build
 
 FORBIDDEN_FLAGS = ("--enable-helm", "--enable-alpha-plugins", "--enable-exec", "--enable-star", "--network")
 # kustomize-controller builds without a load restrictor (fluxcd/pkg kustomize Build); the repository root is
@@ -210,15 +210,14 @@ def test_memory_cap_applies_to_the_build(tmp_path: Path) -> None:
     assert out.strip() == str(1536 * 1024)
 
 
-def test_version_is_probed_once_per_binary_and_remembered_in_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_version_is_probed_once_per_binary_and_remembered_in_the_cache(tmp_path: Path) -> None:
     """A fresh process takes the version from the build cache; a replaced binary is probed again."""
     calls = tmp_path / "calls"
     script = fake(tmp_path / "bin", "kustomize", f'echo probe >> {calls}\necho "v5.8.1"')
-    binary = KustomizeBinary(str(script), embedded=False)
     cache = BuildCache(tmp_path / "cache")
 
     def fresh_process_version() -> str:
-        monkeypatch.setattr(kustomize, "_VERSIONS", {})  # what a new process starts with
+        binary = KustomizeBinary(str(script), embedded=False, probes=KustomizeProbes())  # what a new process starts with
         kustomize.remember_version(binary, cache)
         return binary.version
 
@@ -367,3 +366,19 @@ def test_a_binary_that_fails_to_start_is_said_once(tmp_path: Path, bare_env: Pat
     assert why == f"kustomize at {broken} failed to start: Traceback (most recent call last): / File x / ModuleNotFoundError: no module named kustomize"
     fine = fake(tmp_path / "f", "kustomize", '[ "$1" = version ] && echo v5.7.0 && exit 0\nexit 1')
     assert binary_failure(KustomizeBinary(str(fine), embedded=False), tmp_path / "home") is None
+
+
+def test_the_locator_s_probes_ask_each_binary_once(tmp_path: Path, bare_env: Path) -> None:
+    """Binaries located with one `KustomizeProbes` share what it learnt: one version probe and one start check per binary."""
+    calls = tmp_path / "calls"
+    script = fake(tmp_path / "bin", "kustomize", f'echo "$1" >> {calls}\n[ "$1" = version ] && echo v5.7.1 && exit 0\nexit 1')
+    probes = KustomizeProbes()
+    first, second = locate_kustomize(str(script), probes), locate_kustomize(str(script), probes)
+    assert first.probes is second.probes is probes
+    assert (first.version, second.version) == ("v5.7.1", "v5.7.1")
+    from bot.adapters.kustomize import binary_failure
+
+    assert binary_failure(first, tmp_path / "home") is None and binary_failure(second, tmp_path / "home") is None
+    assert calls.read_text().split() == ["version", "version"]  # one version probe, one start check
+    assert locate_kustomize(str(script)).version == "v5.7.1"  # a locator without a record: its binary's own
+    assert calls.read_text().split() == ["version"] * 3

@@ -1,5 +1,6 @@
 """A cluster's Flux version (bot/engine/fluxversion.py) from `.fluxwarden.yaml`, gotk-components.yaml or a FluxInstance,
-and the rule it decides: strict substitution by default from Flux 2.9 (kustomize-controller v1.9.0)."""
+and the rules it decides: strict substitution by default from Flux 2.9 (kustomize-controller v1.9.0), and an empty
+kustomization refused by Flux 2.2 (kustomize v5.3)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from bot.adapters.workspace import build_snapshot
 from bot.engine.config import load_repo_config
 from bot.engine.errors import ConfigError
-from bot.engine.fluxversion import cluster_flux_version, strict_substitution
+from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
 from bot.engine.semver import parse_version
 from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
@@ -73,3 +74,68 @@ def test_an_undefined_variable_fails_the_build_on_flux_2_9(tmp_path: Path, capsy
     assert bool(failed) is strict, findings
     if not strict:
         assert any(f["check"] == "undefined-variable" and "DOMIAN" in f["message"] for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    "version,own,generated",
+    [
+        (None, False, False),  # unknown: it builds, as before
+        ("2.1.2", False, False),  # kustomize v5.1: an empty kustomization builds
+        ("2.2.0", True, True),
+        ("2.2.2", True, True),
+        ("2.2.3", True, False),  # fluxcd/pkg#718: a generated file gets a placeholder
+        ("2.3.0", False, False),  # fluxcd/pkg#757: `resources: []` is kept
+        ("2.9.4", False, False),
+    ],
+)
+def test_an_empty_kustomization_fails_on_flux_2_2(version: str | None, own: bool, generated: bool) -> None:
+    flux = FluxVersion(parse_version(version), "clusters/dev/flux-system/gotk-components.yaml") if version else None  # type: ignore[arg-type]
+    said = empty_kustomization_fails("apps/kustomization.yaml", False, flux)
+    assert (said is not None) is own
+    if said is not None:
+        assert said.startswith(f"Flux {version} (") and "kustomization.yaml is empty" in said
+        assert "upgrade Flux to 2.3.0 or later" in said and "list a resource in apps/kustomization.yaml" in said
+    made = empty_kustomization_fails("apps/empty/kustomization.yaml", True, flux)
+    assert (made is not None) is generated
+    if made is not None:
+        assert "upgrade Flux to 2.2.3 or later" in made and "add a manifest to apps/empty" in made
+
+
+def _two_clusters(old: str, new: str) -> dict[str, str]:
+    """dev on Flux `old` and prod on Flux `new`, both applying ./apps (`resources: []`) and ./empty (no kustomization, no manifest)."""
+    tiers = {"apps": ks("apps", "./apps"), "empty": ks("empty", "./empty"), "web": ks("web", "./web")}
+    return {
+        **flux_repo(tiers, cluster="dev"),
+        **flux_repo(tiers, cluster="prod"),
+        "apps/kustomization.yaml": kustomization(),
+        "empty/README.md": "nothing to apply yet\n",
+        "web/kustomization.yaml": kustomization("cm.yaml"),
+        "web/cm.yaml": dump(obj("v1", "ConfigMap", "web", "default", data={"a": "b"})),
+        "clusters/dev/flux-system/gotk-components.yaml": COMPONENTS.format(v=old),
+        "clusters/prod/flux-system/gotk-components.yaml": COMPONENTS.format(v=new),
+    }
+
+
+def _empty_failures(repo: Path, cluster: str, capsys: pytest.CaptureFixture[str], *cache: str) -> dict[str, str]:
+    main(["check", "--repo", str(repo), "--cluster", cluster, *(cache or ("--no-cache",)), "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    return {f["kustomization"]: f["message"] for f in findings if f["check"] == "render-failed"}
+
+
+def test_an_empty_kustomization_through_kustomize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Flux v2.2.1 fails both empty tiers (real kustomize builds them); v2.3.0 builds them; one build cache serves both
+    clusters in either order, so the rule is the cluster's, never the cached build's."""
+    repo = write_tree(tmp_path / "repo", _two_clusters("v2.2.1", "v2.3.0"))
+    failed = _empty_failures(repo, "dev", capsys)
+    assert set(failed) == {"flux-system/apps", "flux-system/empty"}, failed
+    assert "Flux 2.2.1 (clusters/dev/flux-system/gotk-components.yaml) fails this build" in failed["flux-system/apps"]
+    assert "list a resource in apps/kustomization.yaml" in failed["flux-system/apps"]
+    assert "add a manifest to empty" in failed["flux-system/empty"]
+    assert _empty_failures(repo, "prod", capsys) == {}
+    for order in (("dev", "prod"), ("prod", "dev")):
+        cache = ["--cache-dir", str(tmp_path / "-".join(order))]
+        expected = {"dev": {"flux-system/apps", "flux-system/empty"}, "prod": set()}
+        seen = [(cluster, set(_empty_failures(repo, cluster, capsys, *cache))) for cluster in (*order, *order)]
+        assert seen == [(cluster, expected[cluster]) for cluster in (*order, *order)]  # cold, then warm
+    on_223 = write_tree(tmp_path / "r223", _two_clusters("v2.2.3", "v2.3.0"))
+    assert set(_empty_failures(on_223, "dev", capsys)) == {"flux-system/apps"}  # a generated file got its placeholder

@@ -15,7 +15,7 @@ import yaml
 
 from bot.adapters import git as gitrepo
 from bot.engine.config import load_repo_config
-from bot.engine.generate import flux_kustomization
+from bot.engine.generate import controller_file_empty, flux_kustomization
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
 from bot.engine.model import Severity, TierId, TierSpec, SourceRef
 from bot.engine.rendered import ClusterRender
@@ -463,3 +463,29 @@ def test_a_resource_file_name_with_a_newline_builds(tmp_path: Path, binary: Kust
     _, cr = render(tmp_path, files, binary)
     assert errors(cr) == []
     assert set(by_ref(cr)) == {"ConfigMap/odd"}
+
+
+_HEAD = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+
+
+@pytest.mark.parametrize(
+    "text,generated,spec,empty",
+    [
+        (_HEAD + "resources: []\n", None, {}, True),  # fluxcd/flux2#4601: the controller drops the empty list
+        (_HEAD + "resources: []\npatches: []\nnamespace: ''\nlabels: {}\ncomponents: ~\n", None, {}, True),
+        (_HEAD + "resources: [cm.yaml]\n", None, {}, False),
+        (_HEAD + "resources: []\nconfigMapGenerator: [{name: g, literals: [a=b]}]\n", None, {}, False),
+        (_HEAD + "resources: []\nnamespace: 'null'\n", None, {}, False),  # a quoted string, not a null
+        (_HEAD + "resources: []\n", None, {"target_namespace": "apps"}, False),  # the spec's field is merged in
+        (_HEAD, None, {}, False),  # nothing written at all: not this rule
+        ("resources: [\n", None, {}, False),  # not YAML: the build says so
+        (None, [], {}, True),  # no kustomization file, no manifest: the generated file is empty
+        (None, ["./cm.yaml"], {}, False),
+        (None, [], {"name_prefix": "p-"}, False),
+    ],
+    ids=["resources-empty", "all-fields-empty", "a-resource", "a-generator", "quoted-null", "target-namespace", "bare", "invalid",
+         "generated-empty", "generated", "generated-prefix"],
+)
+def test_the_file_the_controller_writes_back_is_empty(text: str | None, generated: list[str] | None, spec: dict[str, str], empty: bool) -> None:
+    tier = TierSpec(id=APP, path="app", source=SourceRef("GitRepository", FLUX, FLUX), **spec)  # type: ignore[arg-type]
+    assert controller_file_empty(tier, text, generated) is empty

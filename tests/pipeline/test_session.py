@@ -93,3 +93,18 @@ def test_a_long_lived_process_returns_near_its_idle_rss_after_a_run(tmp_path: Pa
     print(f"FIGURE rss_growth_after_a_run = {grown:.1f} MiB (idle {out['idle'] / 2**20:.0f} MiB)")
     assert out["caches"] == [0], "the process-wide caches outlived the run"
     assert grown < 50, f"{grown:.0f} MiB more resident after the run than before it"
+
+
+def test_runs_sharing_probes_read_kustomize_s_version_once(tmp_path: Path) -> None:
+    """The service's runs share one `KustomizeProbes`: kustomize's version is read once per process, not per run."""
+    from bot.adapters.kustomize import KustomizeProbes
+
+    binary, log = logging_binary(tmp_path, locate_kustomize())
+    shared = CheckOptions(kustomize=binary.path, probes=KustomizeProbes())
+    for _ in range(2):
+        with open_run(shared) as run:
+            assert run.binary.version != "unknown"
+    assert log.read_text().split().count("--client") == 1
+    with open_run(CheckOptions(kustomize=binary.path)) as run:  # a CLI run: its own record
+        assert run.binary.version != "unknown"
+    assert log.read_text().split().count("--client") == 2

@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bot.adapters.github import GitHubAdapter, GitHubAuth
+from bot.pipeline.session import open_run
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
 from bot.engine.settings import ClusterPolicy, RepoPolicy
@@ -212,6 +213,11 @@ async def test_health_and_readiness(harness: Harness) -> None:
     ready = await h.client.get("/readyz")
     assert ready.status == 200
     assert (await ready.json())["checks"] == {"config": None, "github": None, "kustomize": None}
+    # The readiness probe's kustomize version is the process's: every run's binary is located with the same record.
+    probes = h.service.bot.options.probes
+    assert probes is not None
+    with open_run(h.service.bot.options) as run:
+        assert run.binary.probes is probes and probes.knows(run.binary.path, run.binary.embedded)
 
 
 async def test_restart_reruns_pending_statuses(tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ StorageProfiles from its worker thread.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -18,7 +21,10 @@ from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
 from bot.engine.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
-from tests.fakes.kube import kustomization
+from tests.fakes.kube import FakeKube, kustomization
+from tests.fakes.service import Origin as BaseOrigin
+from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
+from tests.fluxrepo import kustomization as fluxrepo_kustomization
 from tests.adapters.test_kube import closed_port
 from tests.engine.test_live import NOT_READY, seed_cluster
 from tests.service.test_app import BOT_TOKEN, REPO, SECRET, Harness, Origin, payload
@@ -109,3 +115,50 @@ async def test_unreadable_cluster_fails_the_status(tmp_path: Path, start, failur
         assert "cannot reach the API server" in body
     else:
         assert "401 Unauthorized" in body and "expired" in body
+
+
+CANARY = "canary-s3cr3t-7d41b0"  # a Secret value only the live cluster has: the bot must never write it to GitHub
+
+
+class SecretOrigin(BaseOrigin):
+    """prod's tier `apps` substitutes from a ConfigMap and a Secret that only the cluster has; PR 7 edits the
+    ConfigMap that uses the Secret's variable."""
+
+    def __init__(self, tmp: Path) -> None:
+        sources = [{"kind": "ConfigMap", "name": "cluster-vars"}, {"kind": "Secret", "name": "cluster-secrets"}]
+        files = flux_repo(
+            {"apps": ks("apps", "./apps", post_build={"substituteFrom": sources})},
+            {"apps/kustomization.yaml": fluxrepo_kustomization("app.yaml"), "apps/app.yaml": _app("web", "${TOKEN}")},
+            cluster="prod",
+        )
+        super().__init__(tmp, lambda work: write_tree(work, files))
+        (self.work / "apps/app.yaml").write_text(_app("api", "v2-${TOKEN}"), encoding="utf-8")
+        self.head = self.commit("apps: a new host and token")
+        self.publish(self.head, "refs/pull/7/head")
+
+
+def _app(host: str, token: str) -> str:
+    return dump(obj("v1", "ConfigMap", "app", "default", data={"host": f"{host}.${{DOMAIN}}", "token": token}))
+
+
+async def test_a_cluster_only_secret_is_used_and_never_written_to_github(tmp_path: Path, start) -> None:
+    """The bot reads prod's substituteFrom sources git lacks from the cluster (Live.config_reader): the Secret's value
+    substitutes, and what reaches GitHub (comments, statuses, check runs: every request body) shows it masked."""
+    origin = SecretOrigin(tmp_path)
+    async with FakeKube() as cluster:
+        cluster.add(obj("v1", "ConfigMap", "cluster-vars", "flux-system", data={"DOMAIN": "example.org"}))
+        cluster.add(obj("v1", "Secret", "cluster-secrets", "flux-system", data={"TOKEN": base64.b64encode(CANARY.encode()).decode()}))
+        kubeconfig = cluster.kubeconfig(tmp_path / "prod.kubeconfig", context="prod-admin")
+        async with start(origin, kubeconfig) as h:
+            body = await precheck(h)
+            states = h.states(origin.head, "fluxwarden/prod")
+            sent = [json.dumps(r.json) for r in h.fake.requests if r.json is not None]
+        read = {p for _, p, _ in cluster.requests if "/secrets" in p or "/configmaps" in p}
+    assert states[0] == "pending" and states[-1] in ("success", "failure"), states
+    assert read == {"/api/v1/namespaces/flux-system/configmaps/cluster-vars", "/api/v1/namespaces/flux-system/secrets/cluster-secrets"}
+    assert "api.example.org" in body and "v2-<masked:TOKEN>" in body, body  # substituted: the ConfigMap's value, the Secret's mask
+    assert not {"substitution-source-external", "substitution-source-missing", "undefined-variable"} & set(re.findall(r"[a-z]+(?:-[a-z]+)+", body))
+    assert any("<masked:TOKEN>" in text for text in sent), "the bodies read hold the substituted text"
+    for text in sent:
+        assert CANARY not in text and base64.b64encode(CANARY.encode()).decode() not in text
+    assert {m for m, _, _ in cluster.requests} == {"GET"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -110,10 +111,11 @@ def memory_github(head: str) -> MemoryGitHub:
     return MemoryGitHub(pulls={7: pull_info(head_sha=head)})
 
 
-def runner(github: MemoryGitHub, tmp_path: Path, review: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRuns:
+def runner(github: MemoryGitHub, tmp_path: Path, reviewer: Callable[..., Any], replica: str = "alpha-aaaaa") -> PrecheckRuns:
+    """The runs of one replica whose reviews `reviewer` does (blocking, in the review thread, as review_repository)."""
     metrics = new_metrics()
-    precheck = Precheck(github=github, git=MemoryGit(), live=None, metrics=metrics, cache_dir=tmp_path)
-    precheck.review = review  # type: ignore[method-assign]
+    git = MemoryGit(refs={"refs/pull/7/head": PLAN.head_sha})
+    precheck = Precheck(github=github, git=git, live=None, metrics=metrics, cache_dir=tmp_path, reviewer=reviewer)
     return PrecheckRuns(precheck, RunQueue(2, 10), metrics, claims=Claims(github, replica, ttl=TTL))
 
 
@@ -121,38 +123,43 @@ async def test_a_run_claimed_elsewhere_writes_nothing(tmp_path: Path) -> None:
     github = memory_github(PLAN.head_sha)
     github.set_status(REPO, PLAN.head_sha, PROD, "pending", "precheck of prod running [fw:bravo-bbbbb]")
 
-    async def review(plan: PrecheckPlan, cluster: str) -> Any:
+    reviewed: list[str] = []
+
+    def review(*_: Any, **__: Any) -> Any:
+        reviewed.append("ran")
         raise AssertionError("must not run")
 
     r = runner(github, tmp_path, review)
     r.schedule(PLAN)
     await r.queue.drain(5)
-    assert len(github.status_list[PLAN.head_sha]) == 1 and github.comments == {}
+    assert len(github.status_list[PLAN.head_sha]) == 1 and github.comments == {} and reviewed == []
 
 
 async def test_shutdown_mid_run_releases_the_claim(tmp_path: Path) -> None:
     github = memory_github(PLAN.head_sha)
-    started = asyncio.Event()
+    started, released = threading.Event(), threading.Event()
 
-    async def review(plan: PrecheckPlan, cluster: str) -> Any:
+    def review(*_: Any, **__: Any) -> Any:
         started.set()
-        await asyncio.Event().wait()  # never done: the replica is stopped first
+        released.wait(10)  # not done before the replica is stopped
+        raise UserError("stopped")
 
     r = runner(github, tmp_path, review)
     r.schedule(PLAN)
-    await asyncio.wait_for(started.wait(), 5)
+    assert await asyncio.to_thread(started.wait, 5)
     statuses = github.status_list[PLAN.head_sha]
     assert [s.description for s in statuses] == ["precheck of prod running [fw:alpha-aaaaa]"]
     assert list(github.comments.values()) == [list(running_state(PLAN, "prod").comment)]
     await r.queue.close()  # what the server's cleanup does on SIGTERM
     assert statuses[0].description.endswith("[fw:alpha-aaaaa:released]") and statuses[0].state == "pending"
     assert Claims(github, "bravo-bbbbb", ttl=TTL).abandoned(statuses, PROD), "another replica may re-run it at once"
+    released.set()  # the review thread ends (the service kills its builds at shutdown)
 
 
 async def test_a_superseded_run_leaves_the_comment_to_the_new_head(tmp_path: Path) -> None:
     github = memory_github("b" * 40)  # a newer push, run by another replica
 
-    async def review(plan: PrecheckPlan, cluster: str) -> Any:
+    def review(*_: Any, **__: Any) -> Any:
         raise UserError("the repository is broken")
 
     r = runner(github, tmp_path, review)
