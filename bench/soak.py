@@ -14,9 +14,11 @@ temp dir (tests/hardening/harness.py builds both, as the hardening suite does). 
   `evil` is retargeted to main (`edited` with `changes.base`), and prod must never be `success` after it;
 - at half the time, SIGTERM (seconds to exit) and a restart on the same port; deliveries pause while it is down.
 
-Every second it samples the process tree's RSS from /proc (bot, kustomize, Helm workers, git; the CSV), and at the
-end it waits for the PRs to settle and reads the fake: statuses left pending, stale (a base the PR no longer has)
-or missing, and whether the symlinked canary ever reached GitHub. Loopback only; the load is bounded by `--rate`.
+Every second it samples the process tree's RSS from /proc (bot, kustomize, Helm workers, git; the CSV). At the end
+it sends nothing more and lets the service drain (`fluxwarden_work_in_progress` 0 and every PR's head final), then
+reads the fake before the final SIGTERM: statuses left pending, stale (a base the PR no longer has) or missing, and
+whether the symlinked canary ever reached GitHub; and the bot process's own RSS at its idle start, its max, and
+after the drain (within 50 MB of idle). Loopback only; the load is bounded by `--rate`.
 """
 
 from __future__ import annotations
@@ -126,11 +128,19 @@ HOSTILE: tuple[tuple[str, Callable[[Path], tuple[dict[str, str | bytes], dict[st
 
 async def http(port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None, timeout: float = 15) -> tuple[int, float]:
     """One request to 127.0.0.1:`port`; the status (0 when the connection failed) and seconds until the status line."""
+    status, latency, _ = await http_read(port, method, path, body, headers, timeout)
+    return status, latency
+
+
+async def http_read(
+    port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None, timeout: float = 15
+) -> tuple[int, float, bytes]:
+    """`http`, and the response as read (headers and body; empty when the connection failed)."""
     started = time.monotonic()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
     except (OSError, asyncio.TimeoutError):
-        return 0, time.monotonic() - started
+        return 0, time.monotonic() - started, b""
     try:
         lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", f"Content-Length: {len(body)}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
@@ -138,11 +148,11 @@ async def http(port: int, method: str, path: str, body: bytes = b"", headers: di
         await writer.drain()
         status_line = await asyncio.wait_for(reader.readline(), timeout)
         latency = time.monotonic() - started
-        await asyncio.wait_for(reader.read(), timeout)
+        rest = await asyncio.wait_for(reader.read(), timeout)
         parts = status_line.split()
-        return (int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else 0), latency
+        return (int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else 0), latency, rest
     except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-        return 0, time.monotonic() - started
+        return 0, time.monotonic() - started, b""
     finally:
         writer.close()
 
@@ -237,6 +247,7 @@ class Soak:
     notes: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     git: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="soak-git"))
+    bot_idle: dict[int, float] = field(default_factory=dict)  # process generation -> the bot's own RSS (MiB) once healthy, before work
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -274,6 +285,8 @@ class Soak:
             if self.proc.returncode is not None:
                 raise SystemExit(f"serve exited with {self.proc.returncode}: see {self.work}/serve-{self.generation}.log")
             if (await http(self.port, "GET", "/healthz", timeout=2))[0] == 200:
+                await asyncio.sleep(1)  # the start-up's own work (readiness, re-running what was left pending) begins
+                self.bot_idle[self.generation] = (await asyncio.to_thread(tree_rss, self.proc.pid))["bot"] / 2**20
                 self.up.set()
                 return
             await asyncio.sleep(0.2)
@@ -409,14 +422,28 @@ class Soak:
                 out[number] = (pull.head_sha, mine[0].state if mine else None, mine[0].description or "" if mine else "")
         return out
 
-    async def settle(self, timeout: float) -> float:
-        """Wait until every PR's head has a final prod status (or `timeout`); the seconds it took."""
-        started = time.monotonic()
+    async def in_progress(self) -> float | None:
+        """The service's `fluxwarden_work_in_progress` (deliveries handled, runs queued or running); None when unread."""
+        status, _, response = await http_read(self.port, "GET", "/metrics", timeout=5)
+        if status != 200:
+            return None
+        for line in response.decode(errors="replace").splitlines():
+            if line.startswith("fluxwarden_work_in_progress "):
+                return float(line.split()[1])
+        return None
+
+    async def drain(self, timeout: float) -> tuple[float, bool]:
+        """With no more deliveries sent: wait until the service is idle (no delivery handled, no run queued or running)
+        and every PR's head has a final prod status, twice in a row a second apart (or `timeout`); the seconds it
+        took and whether it drained. Judging before that, or SIGTERM, leaves a run that was still going pending."""
+        started, calm = time.monotonic(), 0
         while time.monotonic() - started < timeout:
-            if all(state not in (None, "pending") for _, state, _ in self.final_statuses().values()):
-                break
+            final = all(state not in (None, "pending") for _, state, _ in self.final_statuses().values())
+            calm = calm + 1 if final and await self.in_progress() == 0 else 0
+            if calm >= 2:
+                return time.monotonic() - started, True
             await asyncio.sleep(1)
-        return time.monotonic() - started
+        return time.monotonic() - started, False
 
 
 def service_files(work: Path, origin: Origin, fake: FakeGitHub, port: int) -> tuple[Path, dict[str, str]]:
@@ -473,7 +500,13 @@ async def soak(work: Path, minutes: float, rate: float, seed: int, csv_path: Pat
             await asyncio.gather(
                 state.load(until), state.hostile_prs(until), state.retarget(until / 4), state.restart(until / 2, config, env),
             )
-            state.figures["settle_seconds"] = await state.settle(timeout=300)
+            state.figures["settle_seconds"], drained = await state.drain(timeout=300)
+            if not drained:
+                state.notes.append("the service did not drain within 300 s of the last delivery")
+            state.figures["statuses"] = state.final_statuses()  # before SIGTERM: a run it interrupts would read pending
+            await asyncio.sleep(3)  # the heap is released just after the last run (bot/service/runs.py)
+            assert state.proc is not None
+            state.figures["bot_end"] = (await asyncio.to_thread(tree_rss, state.proc.pid))["bot"] / 2**20
             state.figures["final_exit"] = await state.stop(signal.SIGTERM)
         finally:
             if state.proc is not None and state.proc.returncode is None:
@@ -486,7 +519,6 @@ async def soak(work: Path, minutes: float, rate: float, seed: int, csv_path: Pat
             state.figures["github_requests"] = len(fake.requests)
             state.figures["github_rate_limited"] = sum(1 for r in fake.requests if r.status in (403, 429))
         state.figures["quota"] = quota
-        state.figures["statuses"] = state.final_statuses()
         head = state.figures.get("retarget_head")
         if head:
             with fake.lock:
@@ -519,9 +551,16 @@ def summary(state: Soak) -> tuple[list[tuple[str, str]], list[str]]:
         for kind in KINDS[:3]:
             rows.append((f"  peak {kind}", f"{max(r[kind] for r in rss):.0f} MiB"))
         rows.append(("  processes in the tree, max", f"{max(r['procs'] for r in rss):.0f}"))
-        for generation in sorted({int(r["generation"]) for r in rss}):
+        generations = sorted({int(r["generation"]) for r in rss})
+        for generation in generations:
             mine = [r["bot"] for r in rss if r["generation"] == generation]
-            rows.append((f"bot RSS, process {generation}: first / max / last", f"{mine[0]:.0f} / {max(mine):.0f} / {mine[-1]:.0f} MiB"))
+            idle = state.bot_idle.get(generation, float("nan"))
+            end = state.figures.get("bot_end", float("nan")) if generation == generations[-1] else mine[-1]
+            what = "after the drain" if generation == generations[-1] else "at SIGTERM"
+            rows.append((f"bot process {generation} RSS: idle start / max / {what}", f"{idle:.0f} / {max(mine):.0f} / {end:.0f} MiB"))
+        last_idle, end = state.bot_idle.get(generations[-1], float("nan")), state.figures.get("bot_end", float("nan"))
+        if end - last_idle > 50 * 10**6 / 2**20:
+            problems.append(f"the bot kept {end - last_idle:.0f} MiB more after the drain than at its idle start (bound: 50 MB)")
         if peak["total"] > 3 * 1024:
             problems.append(f"the tree peaked at {peak['total']:.0f} MiB, over the pod's 3 GiB")
     code, seconds = state.figures.get("sigterm_exit", (None, float("nan")))
@@ -538,7 +577,7 @@ def summary(state: Soak) -> tuple[list[tuple[str, str]], list[str]]:
     pending = [n for n, (_, s, _) in statuses.items() if s == "pending"]
     missing = [n for n, (_, s, _) in statuses.items() if s is None]
     stale = [n for n, (_, s, d) in statuses.items() if s is not None and not d.endswith("(vs main)")]
-    rows.append(("PRs / settled after the end in", f"{len(statuses)} / {state.figures.get('settle_seconds', float('nan')):.0f} s"))
+    rows.append(("PRs / drained after the last delivery in", f"{len(statuses)} / {state.figures.get('settle_seconds', float('nan')):.0f} s"))
     rows.append(("statuses left pending / missing / stale", f"{len(pending)} {pending} / {len(missing)} {missing} / {len(stale)} {stale}"))
     if pending or missing or stale:
         problems.append(f"statuses: pending {pending}, missing {missing}, stale {stale}")

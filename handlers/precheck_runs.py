@@ -144,6 +144,11 @@ class PrecheckRuns:
         self.metrics.runs.labels(cluster, verdict).inc()
         self.metrics.run_seconds.labels(cluster).observe(time.monotonic() - started)
 
+    @property
+    def finalising(self) -> int:
+        """Final states GitHub refused that this process is still writing again."""
+        return len(self._finalising)
+
     def busy(self, key: PrecheckKey, version: str) -> bool:
         """Whether this process still works on `key` at `version` (PrecheckPlan.version): queued, running, or writing its final state."""
         return self.queue.running(key, version) or (key in self._finalising and self.queue.is_current(key, version))

@@ -22,9 +22,14 @@ from bot.adapters.memory import LIMIT_PREFIX, RENDERS, Grant, RendersStopped
 from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
-# The Go runtime reserves ~600 MiB of address space at start: a build's address space may be the render budget
-# plus that (its RSS is held to the budget by bot/adapters/memory.py; this cap stops a spike between two samples).
-GO_RESERVED_BYTES = 640 * 1024**2
+# The Go runtime reserves address space it never touches: a build's address space may be the render budget plus
+# this (its RSS is held to the budget by bot/adapters/memory.py; this cap stops a spike between two samples).
+# Measured with prlimit --as on kubectl 1.3x's kustomize, a one-object build: it fails at 700 MiB, at 840 and 1300
+# MiB now and then, at 1224 MiB always (Go's arena reservations), and never in 10 runs from 2,176 MiB up.
+GO_RESERVED_BYTES = 2 * 1024**3
+# What the Go runtime throws when an allocation or a mapping fails (golang/go src/runtime/malloc.go, mem_linux.go):
+# under the address-space cap above, the build outgrew the memory it may use: a limit, not a verdict on the PR.
+GO_OUT_OF_MEMORY = ("fatal error: out of memory", "runtime: out of memory", "fatal error: runtime: cannot allocate memory")
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 # How the messages of a BuildStopped begin (a `render-failed` finding carries only the message): a build
 # stopped by a limit is not a verdict about the PR (handlers/precheck.py).
@@ -494,5 +499,10 @@ def _finish_build(proc: subprocess.Popen, *, timeout: float, memory_bytes: int, 
         raise BuildStopped(f"kustomize was killed by signal {-code} (memory cap {memory_bytes // 1024**2} MiB?)")
     if code != 0:
         message = b"".join(err_chunks).decode("utf-8", errors="replace").strip()
+        if any(line in message for line in GO_OUT_OF_MEMORY):
+            raise BuildStopped(
+                f"{LIMIT_PREFIX}: limits.render_memory is {RENDERS.limit // 2**20} MiB; kustomize ran out of its"
+                f" {memory_bytes // 2**20} MiB address space (the limit plus Go's reservation)"
+            )
         raise RenderError(message or f"kustomize exited with status {code}")
     return b"".join(chunks).decode("utf-8", errors="replace")

@@ -126,7 +126,8 @@ class Grant:
 
     def refusal(self) -> str:
         """The message of a render killed for its memory (starts with LIMIT_PREFIX)."""
-        return f"{LIMIT_PREFIX}: the render reached {(self.over or 0) // 2**20} MiB, over the {self.limit // 2**20} MiB all renders may use (limits.render_memory)"
+        # The setting first: a commit status keeps 140 characters of "<cluster>: could not render <tier>: <this>".
+        return f"{LIMIT_PREFIX}: limits.render_memory is {self.limit // 2**20} MiB for all renders; this one reached {(self.over or 0) // 2**20} MiB"
 
 
 class RenderBudget:

@@ -39,9 +39,6 @@ class CheckOptions:
     cache_dir: Path | None = None  # None: no on-disk cache
     bootstrap: bool = True  # False (`--no-bootstrap`): judge a bare cluster, nothing installed before Flux
     charts: ChartOptions = field(default_factory=ChartOptions)  # how HelmReleases' charts are fetched and rendered
-    # A long-lived process (the service) hands a run's freed heap back when its last run ends: a full collection
-    # and malloc_trim, ~0.2 s after a 20,000-object review. A CLI run is followed by the process's exit instead.
-    release_memory: bool = False
     progress: Progress | None = field(default=None, compare=False)  # counters for a progress line (the CLI on a terminal)
     # Reads substituteFrom ConfigMaps/Secrets that git lacks from the live cluster (`--live`, the bot's live access).
     live_config: ConfigFetcher | None = field(default=None, compare=False)
@@ -137,7 +134,7 @@ def open_run(options: CheckOptions = CheckOptions(), *, prefix: str = "fluxwarde
                 stack.callback(charts.close)
             yield Run(binary, cache, options, Path(tmp), stack, charts=charts)
     finally:
-        _leave_run(options.release_memory)
+        _leave_run()
 
 
 _OPEN_RUNS = [0]  # runs open in this process (the service runs `workers` at once)
@@ -149,24 +146,35 @@ def _enter_run() -> None:
         _OPEN_RUNS[0] += 1
 
 
-def _leave_run(release_memory: bool) -> None:
-    """The end of a run; the last open one empties the process-wide caches and hands the freed heap back.
+def _leave_run() -> None:
+    """The end of a run; the last open one empties the process-wide cache of scalar tags.
 
-    What a run leaves in a module cache (scalar tags) is small, but it was
-    allocated among the run's garbage and pins the heap pages around it: a 60,000-object check kept ~40 MiB
-    resident for ~1 MiB of live cache. With them gone, glibc's `malloc_trim` can return the pages (the service
-    runs with PYTHONMALLOC=malloc, Dockerfile: pymalloc's 1 MiB arenas are kept whole by one live object).
+    What a run leaves in a module cache (scalar tags) is small, but it was allocated among the run's garbage and
+    pins the heap pages around it: a 60,000-object check kept ~40 MiB resident for ~1 MiB of live cache (see
+    `release_idle_memory`).
     """
     with _OPEN_RUNS_LOCK:
         _OPEN_RUNS[0] -= 1
-        last = _OPEN_RUNS[0] == 0
-        if last:
+        if _OPEN_RUNS[0] == 0:
             clear_resolve_cache()
-    if not release_memory:
-        return
-    if last:
-        gc.collect()  # the run's reference cycles (trees of frozen models) before the trim, not at some later run
+
+
+def release_idle_memory() -> bool:
+    """When no run is open: collect the runs' reference cycles and hand the freed heap back; False when a run is open.
+
+    A long-lived process (the service) calls it once a run's result is dropped, not at the end of `open_run`:
+    there the caller's frame still holds both renders, so a trim finds nothing to return, and the pages freed a
+    moment later stay resident. The service's review threads allocate in glibc's per-thread arenas, which give
+    pages back only from their top: a 20,000-object review left ~110 MiB free but resident until `malloc_trim`
+    (the image runs with PYTHONMALLOC=malloc, Dockerfile: pymalloc's 1 MiB arenas are kept whole by one live
+    object). ~0.2 s after such a review; a CLI run is followed by the process's exit instead.
+    """
+    with _OPEN_RUNS_LOCK:
+        if _OPEN_RUNS[0]:
+            return False
+    gc.collect()  # the run's cycles (trees of frozen models) before the trim, not at some later collection
     release_free_memory()
+    return True
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from bot.adapters.memory import set_render_memory
 from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
 from bot.engine.errors import FluxwardenError
 from bot.pipeline.check import CheckOptions
-from bot.pipeline.session import work_dirs
+from bot.pipeline.session import release_idle_memory, work_dirs
 from bot.service.claims import CLAIM_GRACE, Claims, pod_of
 from bot.service.live import KubeLive
 from bot.service.leader import LeaderElector, build_elector, replica_identity
@@ -158,9 +158,9 @@ def build_service(config: ServiceConfig, github: GitHubAdapter | None = None, *,
     adapter = github or GitHubAdapter(config.github, bot_login=config.github_login)
     git = Mirrors(config.cache_dir / "mirrors", credentials=adapter.installation_token)
     # One record of the kustomize binaries for the process: each one's version is read once, not once per run.
-    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts, release_memory=True, probes=KustomizeProbes())
+    options = CheckOptions(timeout=config.limits.kustomize_timeout, charts=config.charts, probes=KustomizeProbes())
     cache_dir = config.cache_dir / "builds"
-    queue = RunQueue(config.limits.workers, config.limits.queue)
+    queue = RunQueue(config.limits.workers, config.limits.queue, idle=release_idle_memory)  # a replica returns near its idle RSS
     identity = (config.leader_election.identity or replica_identity()) if config.leader_election.enabled else None
     claims = _claims(adapter, config, identity) if identity is not None else None
     live = KubeLive(config)

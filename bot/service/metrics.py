@@ -18,6 +18,7 @@ class Metrics:
     runs: Counter
     run_seconds: Histogram
     queue_depth: Gauge
+    in_progress: Gauge
     github_errors: Counter
     rate_limit_remaining: Gauge
 
@@ -37,6 +38,10 @@ def new_metrics() -> Metrics:
             buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
         ),
         queue_depth=Gauge("fluxwarden_queue_depth", "Runs waiting for a worker", registry=registry),
+        in_progress=Gauge(
+            "fluxwarden_work_in_progress", "Deliveries being handled, runs queued or running, final states being written again (0: idle)",
+            registry=registry,
+        ),
         github_errors=Counter("fluxwarden_github_api_errors", "GitHub API calls that failed after retries", ["operation"], registry=registry),
         rate_limit_remaining=Gauge("fluxwarden_github_rate_limit_remaining", "Last seen X-RateLimit-Remaining", registry=registry),
     )

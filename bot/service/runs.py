@@ -21,8 +21,9 @@ class _Run:
 class RunQueue:
     """At most `workers` runs at once and `max_queued` waiting; one current run per key."""
 
-    def __init__(self, workers: int, max_queued: int) -> None:
+    def __init__(self, workers: int, max_queued: int, *, idle: Callable[[], object] | None = None) -> None:
         self._slots = asyncio.Semaphore(workers)
+        self._idle = idle  # called in a thread when a run ends and no other is queued or running (the heap's release)
         self._max_queued = max_queued
         self._runs: dict[JobKey, _Run] = {}
         self._waiting = 0
@@ -78,6 +79,8 @@ class RunQueue:
             await job()
         finally:
             self._slots.release()
+            if self._idle is not None and not self._stopped and self.active <= 1:  # 1: this run's own task
+                await asyncio.to_thread(self._idle)  # its result is dropped by now; the run's task ends after it
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait for every run to finish (tests and graceful shutdown)."""

@@ -142,6 +142,7 @@ class WebhookApp:
 
     async def metrics(self, _: web.Request) -> web.Response:
         self.service_metrics.queue_depth.set(self.queue.depth)
+        self.service_metrics.in_progress.set(len(self._tasks) + self.queue.active + self.runs.finalising)
         remaining = getattr(self.bot.github, "rate_limit_remaining", None)
         if remaining is not None:
             self.service_metrics.rate_limit_remaining.set(remaining)

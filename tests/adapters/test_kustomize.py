@@ -382,3 +382,16 @@ def test_the_locator_s_probes_ask_each_binary_once(tmp_path: Path, bare_env: Pat
     assert calls.read_text().split() == ["version", "version"]  # one version probe, one start check
     assert locate_kustomize(str(script)).version == "v5.7.1"  # a locator without a record: its binary's own
     assert calls.read_text().split() == ["version"] * 3
+
+
+def test_a_build_out_of_its_address_space_is_stopped_naming_the_limit(tmp_path: Path) -> None:
+    """Go's "fatal error: out of memory" under the address-space cap is a limit (no verdict), not a failed render."""
+    from bot.adapters.kustomize import run_build
+    from bot.adapters.memory import LIMIT_PREFIX
+    from bot.engine.errors import BuildStopped
+
+    (tmp_path / "kustomization.yaml").write_text("resources: [cm.yaml]\n")
+    (tmp_path / "cm.yaml").write_text(OUTPUT)
+    with pytest.raises(BuildStopped) as caught:  # 512 MiB: too little for the Go runtime to start (see GO_RESERVED_BYTES)
+        run_build(locate_kustomize(), tmp_path, sandbox_home=tmp_path / "home", memory_bytes=512 * 1024**2)
+    assert str(caught.value).startswith(f"{LIMIT_PREFIX}: limits.render_memory is ") and "512 MiB address space" in str(caught.value)

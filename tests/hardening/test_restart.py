@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import sys
 import time
 from pathlib import Path
 
@@ -29,71 +27,18 @@ from tests.hardening.harness import (
     REPO,
     SECRET,
     Origin,
+    Replica,
+    free_port,
     kustomize_wrapper,
     open_pull,
     pr_payload,
     record_figure,
+    serve_config,
+    serve_env,
     sign,
     states,
     wait_for,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Replica:
-    """One `fluxwarden serve` process."""
-
-    def __init__(self, name: str, tmp: Path, env: dict[str, str]) -> None:
-        self.name, self.tmp, self.env = name, tmp, env
-        self.port = int(env["FLUXWARDEN_PORT"])
-        self.log = tmp / f"{name}.log"
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self, config: Path) -> None:
-        with self.log.open("wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.service.cli", "serve", "--config", str(config),
-                env=self.env, cwd=str(ROOT), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-            )
-
-    async def wait_healthy(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                assert self.proc is not None and self.proc.returncode is None, self.log.read_text()[-3000:]
-                try:
-                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise AssertionError(f"{self.name} did not become healthy:\n{self.log.read_text()[-3000:]}")
-
-    def peak_rss(self) -> int:
-        assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    async def stop(self, sig: int) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(sig)
-        try:
-            return await asyncio.wait_for(self.proc.wait(), timeout=20)
-        except asyncio.TimeoutError:
-            self.proc.kill()
-            return await self.proc.wait()
-
 
 async def test_replica_killed_mid_run_is_rerun_by_the_next_process(origin: Origin, fake, tmp_path: Path) -> None:
     head = origin.pull(1, {"apps/app.yaml": dump(obj("v1", "ConfigMap", "app", "default", data={"greeting": "bye"}))})
@@ -168,34 +113,6 @@ async def test_replica_killed_mid_run_is_rerun_by_the_next_process(origin: Origi
 
 
 # --------------------------------------------------------------------------------------------- shutdown and orphans
-
-
-def serve_config(tmp_path: Path, origin: Origin) -> Path:
-    (tmp_path / "webhook-secret").write_bytes(SECRET + b"\n")
-    (tmp_path / "github-token").write_text(BOT_TOKEN + "\n")
-    config = tmp_path / "fluxwarden.yaml"
-    config.write_text(yaml.safe_dump({
-        "repos": [{"name": REPO, "clone_url": str(origin.bare), "clusters": {CLUSTER: {"automatic": True}}}],
-        "limits": {"workers": 2, "queue": 100, "run_timeout": 120, "kustomize_timeout": 90},
-        "cache_dir": str(tmp_path / "cache"),
-    }))
-    return config
-
-
-def serve_env(tmp_path: Path, fake, **extra: str) -> dict[str, str]:
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "TMPDIR": str(tmp_path / "tmp"),  # the process's /tmp: its work directories, and the stale ones it cleans
-        "FLUXWARDEN_WEBHOOK_SECRET_FILE": str(tmp_path / "webhook-secret"),
-        "FLUXWARDEN_GITHUB_TOKEN_FILE": str(tmp_path / "github-token"),
-        "FLUXWARDEN_GITHUB_API_URL": fake.base_url,
-        "FLUXWARDEN_HOST": "127.0.0.1",
-        "FLUXWARDEN_PORT": str(free_port()),
-        **extra,
-    }
 
 
 def blocking_kustomize(tmp_path: Path, seconds: int = 90) -> tuple[Path, Path]:

@@ -59,11 +59,13 @@ from pathlib import Path
 from bot.adapters.memory import release_free_memory, rss_of
 from bot.engine import yamlio
 from bot.pipeline.check import CheckOptions, check_repository, tune_gc
+from bot.pipeline.session import release_idle_memory
 tune_gc()  # as `fluxwarden serve` runs
 gc.collect(); release_free_memory()
 idle = rss_of(os.getpid())
-report = check_repository(Path(sys.argv[1]), "dev", CheckOptions(jobs=2, release_memory=True))  # as the service runs
+report = check_repository(Path(sys.argv[1]), "dev", CheckOptions(jobs=2))
 del report
+assert release_idle_memory()  # as the service does once a run is over (bot/service/runs.py)
 after = rss_of(os.getpid())
 caches = [len(yamlio.FastSafeLoader._resolved)]  # document heads and discoveries live with the run (RunMemo, Snapshot.memo)
 print(json.dumps({"idle": idle, "after": after, "caches": caches}))
@@ -74,7 +76,8 @@ def test_a_long_lived_process_returns_near_its_idle_rss_after_a_run(tmp_path: Pa
     """Issue 23: a replica kept ~350 MiB more resident after a big check than before it, for the rest of its life.
 
     The end of the last open run empties the module caches (allocated among the run's garbage, they pin the heap
-    pages around them) and hands the freed heap back; a process of its own measures itself, as the image runs it
+    pages around them), and `release_idle_memory` (the service calls it once a run is over) hands the freed heap
+    back; a process of its own measures itself, as the image runs it
     (PYTHONMALLOC=malloc, Dockerfile): at 8,000 objects it kept ~40 MiB more with the caches, now a few MiB."""
     import json
     import subprocess

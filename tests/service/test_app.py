@@ -121,6 +121,7 @@ async def test_pull_request_opened_posts_review_and_statuses(harness: Harness) -
     metrics = await (await h.client.get("/metrics")).text()
     assert 'fluxwarden_webhook_deliveries_total{event="pull_request",outcome="accepted"} 1.0' in metrics
     assert 'fluxwarden_runs_total{cluster="prod",verdict="success"} 1.0' in metrics
+    assert "fluxwarden_work_in_progress 0.0" in metrics  # settled: what bench/soak.py waits for before it judges
 
 
 async def test_comment_command_permissions(harness: Harness) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from bot.engine.jobs import DriftKey, FixTierOrderKey, PrecheckKey, TierOrderKey
 from bot.service.runs import RunQueue, Submitted
@@ -137,3 +138,21 @@ async def test_run_with_a_full_queue_returns_at_once() -> None:
     assert await asyncio.wait_for(queue.run(DriftKey("o/r", "prod"), "scheduled", run), 2) == Submitted.QUEUE_FULL
     gate.set()
     await queue.drain(timeout=2)
+
+
+async def test_the_idle_hook_runs_once_the_last_run_is_over() -> None:
+    """The heap's release (bot/service/app.py passes session.release_idle_memory): after the last of overlapping runs
+    only, in a thread, and each run is over (its job returned) before it."""
+    calls: list[tuple[str, list[str]]] = []
+    gate = asyncio.Event()
+    ran: list[str] = []
+    queue = RunQueue(workers=2, max_queued=10, idle=lambda: calls.append((threading.current_thread().name, list(ran))))
+    job = gated(gate, ran)
+    queue.submit(PrecheckKey("o/r", 1, "prod"), "a" * 40, job("one"))
+    queue.submit(PrecheckKey("o/r", 2, "prod"), "a" * 40, job("two"))
+    gate.set()
+    await queue.drain(timeout=2)
+    assert len(calls) == 1 and calls[0][0] != threading.main_thread().name and sorted(calls[0][1]) == ["one", "two"]
+    queue.submit(PrecheckKey("o/r", 3, "prod"), "a" * 40, job("three"))
+    await queue.drain(timeout=2)
+    assert len(calls) == 2
