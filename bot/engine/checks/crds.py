@@ -174,19 +174,19 @@ def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
             elif dep in direct:
                 unnamed.append(entry)
     if named:
-        dep, ref, chart = named[0]
-        if isinstance(ref, TierId):
-            return f"{how(dep)} → Kustomization {ref} (named for {gk.group}), content from {chart}"
+        dep, via, chart = named[0]
+        if isinstance(via, TierId):
+            return f"{how(dep)} → Kustomization {via} (named for {gk.group}), content from {chart}"
         known = "" if "namesake" in chart else " not known"
-        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name} (named for {gk.group}), chart {chart}{known}"
+        return f"{how(dep)} → HelmRelease {via.namespace}/{via.name} (named for {gk.group}), chart {chart}{known}"
     for dep in dependencies:
         if gk in ctx.facts.get(dep, TierFacts()).kinds:
             return f"{how(dep)}, which applies {gk.kind} objects itself (it cannot be Ready without the CRD)"
     if unnamed:
-        dep, ref, chart = unnamed[0]
-        if isinstance(ref, TierId):
-            return f"{how(dep)} → Kustomization {ref}, content from {chart}"
-        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name}, chart {chart} not known"
+        dep, via, chart = unnamed[0]
+        if isinstance(via, TierId):
+            return f"{how(dep)} → Kustomization {via}, content from {chart}"
+        return f"{how(dep)} → HelmRelease {via.namespace}/{via.name}, chart {chart} not known"
     return None
 
 
