@@ -25,13 +25,14 @@ from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, blob_
 from bot.engine.yamlio import MAX_FILE_BYTES
 
 
-# source-controller excludes these from every GitRepository artifact
-# (fluxcd/source-controller internal/index + pkg/sourceignore `VCSPatterns` and `getSOPSPatterns`/defaults).
+# source-controller excludes these from every GitRepository artifact (fluxcd/pkg sourceignore `VCSPatterns`).
+VCS_IGNORE = (".git/", ".gitignore", ".gitmodules", ".gitattributes")
+# ...and these too, but only when the repository has no ignore pattern of its own: fluxcd/source-controller
+# artifact/storage SourceIgnoreFilter uses pkg/sourceignore `NewDefaultMatcher` (VCS + `DefaultPatterns`:
+# ExcludeExt, ExcludeCI, ExcludeExtra) only when `LoadIgnorePatterns` found no pattern in any `.sourceignore`;
+# otherwise VCS + the repository's patterns. A repository with a `.sourceignore` ships its `*.png` icons.
 DEFAULT_IGNORE = (
-    ".git/",
-    ".gitignore",
-    ".gitmodules",
-    ".gitattributes",
+    *VCS_IGNORE,
     "*.jpg",
     "*.jpeg",
     "*.gif",
@@ -41,6 +42,14 @@ DEFAULT_IGNORE = (
     "*.tar.gz",
     "*.zip",
     "/.github/",
+    ".circleci/",
+    ".travis.yml",
+    ".gitlab-ci.yml",
+    "appveyor.yml",
+    ".drone.yml",
+    "cloudbuild.yaml",
+    "codeship-services.yml",
+    "codeship-steps.yml",
     "**/.goreleaser.yml",
     "**/.sops.yaml",
     "**/.flux.yaml",
@@ -250,7 +259,7 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
     root = dest / "repo"
     root.mkdir(parents=True)
     rules = IgnoreRules()
-    for pattern in DEFAULT_IGNORE:
+    for pattern in DEFAULT_IGNORE if not _has_ignore_patterns(source) else VCS_IGNORE:
         rules.add(pattern)
     refused: list[RefusedPath] = []
     linked: list[str] = []  # symlinks met (kept or refused)
@@ -307,6 +316,35 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
     except ConfigError as exc:  # raised when the configuration is used: an explicit one may stand in
         config, config_error = None, str(exc)
     return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked), config_text=config, config_error=config_error)
+
+
+def ignore_patterns(text: str) -> bool:
+    """Whether a `.sourceignore` text has a pattern line (pkg/sourceignore ReadPatterns: not `#`-led, not blank)."""
+    return any(line.strip() and not line.startswith("#") for line in text.splitlines())
+
+
+def _has_ignore_patterns(source: Path) -> bool:
+    """Whether any `.sourceignore` below `source` has a pattern (pkg/sourceignore LoadIgnorePatterns walks every
+    real directory but `.git`, ignored ones included); bounded like the copy."""
+    stack, seen = [source], 0
+    while stack and seen <= MAX_FILES:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        seen += len(entries)
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != ".git":
+                    stack.append(Path(entry.path))
+            elif entry.name == ".sourceignore" and entry.is_file(follow_symlinks=False):
+                try:
+                    if entry.stat().st_size <= MAX_FILE_BYTES and ignore_patterns(Path(entry.path).read_text(encoding="utf-8", errors="replace")):
+                        return True
+                except OSError:
+                    continue
+    return False
 
 
 def read_config_text(source: Path, max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
@@ -369,7 +407,12 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
     for listed in entries:
         children.setdefault(posixpath.dirname(listed.path), []).append(listed)
     rules = IgnoreRules()
-    for pattern in DEFAULT_IGNORE:
+    own = any(
+        e.kind == "blob" and posixpath.basename(e.path) == ".sourceignore" and not e.path.startswith(".git/")
+        and (e.size or 0) <= max_file_bytes and ignore_patterns(read_blob(e.oid).decode("utf-8", errors="replace"))
+        for e in entries
+    )
+    for pattern in VCS_IGNORE if own else DEFAULT_IGNORE:
         rules.add(pattern)
     refused: list[RefusedPath] = []
     files: dict[str, TreeFile] = {}

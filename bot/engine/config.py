@@ -471,7 +471,9 @@ def _discovery(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
 
 def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
     scanned, syncs, bootstrap_dirs, flux_cluster_dirs = _scan(snapshot)
-    inferred = () if config.source_paths or config.sources != RepoConfig.sources else _artifact_sources(scanned, syncs, snapshot)
+    inferred = () if config.source_paths or config.sources != RepoConfig.sources else (
+        *_self_sources(scanned, snapshot, config), *_artifact_sources(scanned, syncs, snapshot)
+    )
     if inferred:
         config = replace(config, sources=(*config.sources, *(ref for ref, _ in inferred)), source_paths=inferred)
     kustomizations = [
@@ -536,6 +538,19 @@ def _discover(config: RepoConfig, snapshot: RepoTree) -> _Discovery:
             name, n = f"{base}-{n}", n + 1
         names[name] = path
     return _Discovery(names, spokes, {p: how.get(p) or "found" for p in entries}, inferred)
+
+
+def _self_sources(scanned: list[_FoundKustomization], snapshot: RepoTree, config: RepoConfig) -> tuple[tuple[SourceRef, str], ...]:
+    """GitRepositories that are this repository although not named `flux-system`: one whose Kustomization's
+    build includes the file that defines it (a sync applying its own directory, as toboshii/home-ops'
+    `flux-cluster` GitRepository and Kustomization on `./cluster/flux`, applied by `kubectl apply -k`)."""
+    out: list[tuple[SourceRef, str]] = []
+    for k in scanned:
+        if k.source is None or k.source.kind != "GitRepository" or config.is_this_repo(k.source) or any(ref == k.source for ref, _ in out):
+            continue
+        if k.path and snapshot.is_dir(k.path) and _applies_itself(k, snapshot):
+            out.append((k.source, ""))
+    return tuple(out)
 
 
 def _artifact_sources(

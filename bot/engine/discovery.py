@@ -153,6 +153,9 @@ def operator_entry(
                 continue
             if not config.is_this_repo(spec.source) or config.repo_path(spec.source, spec.path) != entry:
                 continue
+            # An artifact of a SUBDIR (xunholy/k8s-gitops: `flux push artifact --path=./kubernetes`, synced at ./clusters/x):
+            # the build reads kubernetes/clusters/x, as `bootstrap_spec` and the children do.
+            spec = in_repo(spec, config)
             if same_tier(spec, current) and current.id in tiers:
                 tiers[current.id] = replace(tiers[current.id], spec=spec)
                 return None

@@ -87,6 +87,16 @@ SNAPSHOT_CASES = [
     (".git/objects/ab/cd", False, "default-git-dir-deep"),
     (".gitignore", False, "default-gitignore"),
     ("g/.gitmodules", False, "default-gitmodules"),
+    # A repository with ignore patterns of its own ships what the defaults would drop (only VCS files stay out).
+    ("img.png", True, "own-patterns-keep-png"),
+    ("sub/photo.jpg", True, "own-patterns-keep-jpg"),
+    (".sops.yaml", True, "own-patterns-keep-sops-config"),
+    (".github/workflows/ci.yaml", True, "own-patterns-keep-github"),
+    ("dist.tar.gz", True, "own-patterns-keep-tarball"),
+]
+
+# Without any `.sourceignore` pattern, source-controller's defaults apply (pkg/sourceignore NewDefaultMatcher).
+DEFAULT_CASES = [
     ("img.png", False, "default-png"),
     ("deep/er/pic.png", False, "default-png-deep"),
     ("sub/photo.jpg", False, "default-jpg"),
@@ -97,6 +107,7 @@ SNAPSHOT_CASES = [
     ("sub/.github/ci.yaml", True, "default-github-anchored"),
     ("dist.tar.gz", False, "default-tarball"),
     ("sub/.flux.yaml", False, "default-flux-yaml"),
+
 ]
 
 
@@ -110,6 +121,19 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
 def test_sourceignore_and_defaults(snapshot: Snapshot, path: str, kept: bool) -> None:
     assert (snapshot.root / path).is_file() is kept
     assert (snapshot.read_text(path) is not None) is kept
+
+
+@pytest.fixture(scope="module")
+def default_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+    base = tmp_path_factory.mktemp("snap-defaults")
+    files = {path: text for path, text in FILES.items() if not path.endswith(".sourceignore")}
+    files["apps/.sourceignore"] = "# only a comment: no pattern\n\n"
+    return build_snapshot(write_tree(base / "repo", files), base / "out")
+
+
+@pytest.mark.parametrize("path,kept", [c[:2] for c in DEFAULT_CASES], ids=[c[2] for c in DEFAULT_CASES])
+def test_defaults_apply_without_own_patterns(default_snapshot: Snapshot, path: str, kept: bool) -> None:
+    assert (default_snapshot.root / path).is_file() is kept
 
 
 def test_ignored_paths_are_not_refusals(snapshot: Snapshot) -> None:
@@ -413,3 +437,16 @@ def test_a_1000_deep_tree_is_walked_without_recursion_and_cut_at_the_depth_bound
     assert [(r.path, r.reason) for r in listing.refused] == [(too_deep, f"is nested more than {MAX_DEPTH} directories deep; not read")]
     assert rels[MAX_DEPTH - 1] in listing.dirs and too_deep not in listing.dirs
     assert set(listing.files) == {"apps/ok.yaml"}
+
+
+@pytest.mark.parametrize("ignore,png_kept", [(None, False), ("# comment only\n", False), ("scripts/\n", True)], ids=["none", "comment-only", "own-pattern"])
+def test_a_commit_drops_the_defaults_when_it_has_ignore_patterns(tmp_path: Path, ignore: str | None, png_kept: bool) -> None:
+    """szinn/k8s-homelab's configMapGenerator of `icons/*.png`: with a `.sourceignore`, source-controller ships them."""
+    blobs = {"a" * 40: b"x", "b" * 40: (ignore or "").encode()}
+    entries = [_tree("app"), _blob("app/icon.png", "a" * 40), _blob(".gitattributes", "a" * 40)]
+    if ignore is not None:
+        entries.append(_blob("app/.sourceignore", "b" * 40, size=len(ignore)))
+    snapshot = build_lazy_snapshot("r" * 40, entries, blobs.__getitem__, tmp_path / "snap")
+    assert snapshot is not None
+    assert snapshot.is_file("app/icon.png") is png_kept
+    assert not snapshot.is_file(".gitattributes")  # VCS files never ship

@@ -24,7 +24,7 @@ import yaml
 
 from bot.engine.bootstrap import Bootstrap, discover_bootstrap
 from bot.engine.checks import CheckContext
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters, snapshot_config
+from bot.engine.config import RepoConfig, cluster_entry, known_clusters, snapshot_config, with_artifact_sources
 from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry
 from bot.engine.facts import ObjectStub, TierFacts, tier_facts
 from bot.engine.finish import finish_key, finish_tier, parse_output, sources_present, tier_variables, with_injected
@@ -313,7 +313,7 @@ def render(
     `releases` stand for what the chart stage (bot/pipeline/releases.py) rendered of its HelmReleases.
     """
     tree = files if isinstance(files, MemoryTree) else MemoryTree(files)
-    config = snapshot_config(tree)
+    config = with_artifact_sources(snapshot_config(tree), tree)  # as bot/pipeline/session.py does
     entry = entry if entry is not None else cluster_entry(config, cluster, tree)
     entry_spec = entry_tier(entry)
     for attempt in range(3):
@@ -334,7 +334,7 @@ def context(
     `other_graphs`: None renders the tree's other clusters (graph only) for graph-drift.
     """
     tree = cluster_render.snapshot
-    config = config if config is not None else snapshot_config(tree)
+    config = config if config is not None else with_artifact_sources(snapshot_config(tree), tree)
     if knowledge is None:
         knowledge = default_knowledge().with_user_rules(list(config.runtime_crds)).with_aliases(config.chart_aliases)
     facts: dict[TierId, TierFacts] = {tid: tier_facts(t.manifests, knowledge) for tid, t in cluster_render.tiers.items()}

@@ -871,6 +871,13 @@ def oci_release(name: str, namespace: str = "default", url: str | None = None) -
     ]
 
 
+POLICY = obj("kyverno.io/v1", "ClusterPolicy", "verify-flux-images", spec={})
+KYVERNO_SOURCE = [
+    obj("source.toolkit.fluxcd.io/v1beta2", "OCIRepository", "kyverno-controller", "flux-system", spec={"interval": "2h", "url": "oci://ghcr.io/kyverno/manifests/kyverno", "ref": {"tag": "v1.14.4"}}),
+    ks("kyverno-controller", "./", source="kyverno-controller", source_kind="OCIRepository", wait=True),
+]
+OPAQUE = ks("opaque", "./", source="kyverno-controller", source_kind="OCIRepository", wait=True)
+
 HR_HEALTH = lambda name, ns="default": [{"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "name": name, "namespace": ns}]  # noqa: E731
 
 UNKNOWN_GRAPH_CASES = [
@@ -905,6 +912,25 @@ UNKNOWN_GRAPH_CASES = [
         two_tiers([obj("kopiur.home-operations.com/v1alpha1", "Restore", "other", "default", spec={})], [RESTORE], b_depends=["a"]),
         {("unknown-kind", "b", Severity.INFO), ("unknown-kind", "a", Severity.WARNING)}, "which applies Restore objects itself",
         id="dependency-applies-the-kind-itself",
+    ),
+    # fluxcd/flux2-multi-tenancy: `kyverno` (wait: true) applies `kyverno-controller`, a Kustomization of an
+    # OCIRepository of kyverno's release manifests; `kyverno-policies` dependsOn `kyverno` and applies ClusterPolicies.
+    pytest.param(
+        two_tiers(KYVERNO_SOURCE, [POLICY], b_depends=["a"], a_wait=True),
+        {("unknown-kind", "b", Severity.INFO)},
+        "assumed served: dependsOn flux-system/a → Kustomization flux-system/kyverno-controller (named for kyverno.io), content from OCIRepository kyverno-controller not rendered",
+        id="waited-child-kustomization-of-another-source",
+    ),
+    pytest.param(
+        repo({"a": ks("a", "./a"), "b": ks("b", "./b", depends_on=["opaque"])}, {"a": KYVERNO_SOURCE[:1] + [OPAQUE], "b": [POLICY]}),
+        {("unknown-kind", "b", Severity.INFO)}, "dependsOn flux-system/opaque → Kustomization flux-system/opaque (named for kyverno.io), content from OCIRepository kyverno-controller",
+        id="direct-dependency-on-a-kustomization-of-another-source",
+    ),
+    pytest.param(
+        # Not waited: kyverno-controller may not have applied yet when `a` is Ready.
+        two_tiers(KYVERNO_SOURCE, [POLICY], b_depends=["a"]),
+        {("unknown-kind", "b", Severity.WARNING)}, "no dependency of this tier proves it served",
+        id="neg-child-of-another-source-not-waited",
     ),
     pytest.param(
         # Not waited: the HelmRelease proves nothing; the hint names the tier whose release is named for the group.

@@ -139,3 +139,34 @@ def test_a_scaffold_folder_of_placeholders_is_no_cluster(tmp_path: Path) -> None
     })
     snapshot = Snapshot(tmp_path, ())
     assert known_clusters(RepoConfig(), snapshot) == {"prod": "clusters/prod"}
+
+
+def test_a_self_syncing_gitrepository_of_another_name_is_this_repository(tmp_path: Path) -> None:
+    """toboshii/home-ops: `kubectl apply -k cluster/flux/flux-system` writes GitRepository `flux-cluster` and a
+    Kustomization on it applying ./cluster/flux, the directory that holds both; its tiers use that source."""
+    from bot.engine.config import cluster_entries, with_artifact_sources
+    from tests.engine.builders import check
+    from tests.fluxrepo import dump, ks, obj
+
+    git = obj("source.toolkit.fluxcd.io/v1", "GitRepository", "flux-cluster", "flux-system", spec={"interval": "10m", "url": "https://github.com/example/home-ops", "ref": {"branch": "main"}})
+    flux = obj("source.toolkit.fluxcd.io/v1", "GitRepository", "flux-installation", "flux-system", spec={"interval": "10m", "url": "https://github.com/fluxcd/flux2", "ref": {"tag": "v2.3.0"}})
+    files = {
+        "cluster/flux/kustomization.yaml": kustomization("flux-system/flux-cluster.yaml", "flux-system/flux-installation.yaml", "apps.yaml"),
+        "cluster/flux/flux-system/flux-cluster.yaml": dump(git, ks("flux-cluster", "./cluster/flux", source="flux-cluster")),
+        "cluster/flux/flux-system/flux-installation.yaml": dump(flux, ks("flux-installation", "./manifests/install", source="flux-installation")),
+        "cluster/flux/apps.yaml": dump(ks("apps", "./cluster/apps", source="flux-cluster")),
+        "cluster/apps/kustomization.yaml": kustomization("cm.yaml"),
+        "cluster/apps/cm.yaml": dump(obj("v1", "ConfigMap", "settings", "default", data={"k": "v"})),
+    }
+    write_tree(tmp_path, files)
+    snapshot = Snapshot(tmp_path, ())
+    [entry] = cluster_entries(RepoConfig(), snapshot)
+    assert (entry.name, entry.path) == ("default", "cluster/flux")
+    assert "Kustomization flux-system/flux-cluster in cluster/flux/flux-system/flux-cluster.yaml applies its own directory" in entry.how
+    config = with_artifact_sources(RepoConfig(), snapshot)
+    assert config.is_this_repo(SourceRef("GitRepository", "flux-cluster", "flux-system"))
+    assert not config.is_this_repo(SourceRef("GitRepository", "flux-installation", "flux-system"))  # fluxcd/flux2's path is not here
+    report = check(files, "default")
+    not_rendered = {str(f.kustomization) for f in report.findings if f.check == "not-rendered"}
+    assert not_rendered == {"flux-system/flux-installation"}, [f.message for f in report.findings]
+    assert not [f for f in report.findings if f.severity.value in ("error", "warning")], [f.message for f in report.findings]

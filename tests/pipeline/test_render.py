@@ -1031,6 +1031,30 @@ def test_a_flux_instance_syncing_an_oci_artifact_of_the_repository_root(tmp_path
     assert any(f.check == "nothing-rendered" for f in check_repository(elsewhere, "prod-eu").findings)
 
 
+def test_a_flux_instance_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> None:
+    """xunholy/k8s-gitops: CI pushes ./kubernetes (`flux push artifact --path=./kubernetes`), the FluxInstance syncs
+    it at `clusters/cluster-00`: the entry tier reads kubernetes/clusters/cluster-00 (before: render-failed
+    "path 'clusters/cluster-00' not found", and every tier unchecked)."""
+    instance = {
+        "apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "flux", "namespace": "flux-system"},
+        "spec": {"distribution": {"version": "2.x"}, "sync": {"kind": "OCIRepository", "url": "oci://ghcr.io/acme/k8s", "ref": "latest", "path": "./clusters/cluster-00"}},
+    }
+    oci = {"source": "flux-system", "source_kind": "OCIRepository"}
+    files = {
+        "kubernetes/clusters/cluster-00/kustomization.yaml": kustomization("flux-instance.yaml", "apps.yaml"),
+        "kubernetes/clusters/cluster-00/flux-instance.yaml": dump(instance),
+        "kubernetes/clusters/cluster-00/apps.yaml": dump(ks("apps", "./apps", **oci)),
+        "kubernetes/apps/kustomization.yaml": kustomization("cm.yaml"),
+        "kubernetes/apps/cm.yaml": dump(cm("web", "default")),
+    }
+    root = write_tree(tmp_path / "repo", files)
+    [entry] = repository_clusters(root)
+    assert entry.path == "kubernetes/clusters/cluster-00"
+    report = check_repository(root, entry.name)
+    assert {(t.id.name, t.path, t.objects) for t in report.tiers} >= {("flux-system", "kubernetes/clusters/cluster-00", 2), ("apps", "kubernetes/apps", 1)}
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == [], [f.message for f in report.findings]
+
+
 def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
     """The Flux Operator substitutes cluster-config into every Kustomization (no postBuild in git): declared per
     cluster, each tier is judged as if it had it, so its tokens are no literal-token errors."""

@@ -143,8 +143,8 @@ def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
         for h in spec.health_checks if spec else ():
             if h.kind == "CustomResourceDefinition" and h.name.split(".", 1)[-1] == gk.group and h.name.split(".", 1)[0].startswith(gk.kind.lower()):
                 return f"{how(dep)} → healthChecks CustomResourceDefinition/{h.name}"
-    named: list[tuple[TierId, ObjectRef, str]] = []
-    unnamed: list[tuple[TierId, ObjectRef, str]] = []
+    named: list[tuple[TierId, ObjectRef | TierId, str]] = []
+    unnamed: list[tuple[TierId, ObjectRef | TierId, str]] = []
     for dep in dependencies:
         spec = ctx.graph.specs.get(dep)
         if spec is None:
@@ -165,17 +165,51 @@ def _assumed(ctx: CheckContext, tier: TierId, gk: GroupKind) -> str | None:
                     named.append((dep, ref, chart if rule is None else f"{chart} (its namesake in the knowledge base does not ship it)"))
             elif rule is None and dep in direct and chart not in _GENERIC_CHARTS:
                 unnamed.append((dep, ref, chart))
+    # A Kustomization of another source is as opaque as an unknown chart, and as telling once Ready.
+    for dep in dependencies:
+        for opaque in _opaque_waited(ctx, dep):
+            entry = (dep, opaque, f"{ctx.graph.specs[opaque].source.kind} {ctx.graph.specs[opaque].source.name} not rendered")
+            if names_group(opaque.name, gk.group) or names_group(ctx.graph.specs[opaque].source.name, gk.group):
+                named.append(entry)
+            elif dep in direct:
+                unnamed.append(entry)
     if named:
-        dep, ref, chart = named[0]
+        dep, via, chart = named[0]
+        if isinstance(via, TierId):
+            return f"{how(dep)} → Kustomization {via} (named for {gk.group}), content from {chart}"
         known = "" if "namesake" in chart else " not known"
-        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name} (named for {gk.group}), chart {chart}{known}"
+        return f"{how(dep)} → HelmRelease {via.namespace}/{via.name} (named for {gk.group}), chart {chart}{known}"
     for dep in dependencies:
         if gk in ctx.facts.get(dep, TierFacts()).kinds:
             return f"{how(dep)}, which applies {gk.kind} objects itself (it cannot be Ready without the CRD)"
     if unnamed:
-        dep, ref, chart = unnamed[0]
-        return f"{how(dep)} → HelmRelease {ref.namespace}/{ref.name}, chart {chart} not known"
+        dep, via, chart = unnamed[0]
+        if isinstance(via, TierId):
+            return f"{how(dep)} → Kustomization {via}, content from {chart}"
+        return f"{how(dep)} → HelmRelease {via.namespace}/{via.name}, chart {chart} not known"
     return None
+
+
+def _opaque_waited(ctx: CheckContext, dep: TierId) -> list[TierId]:
+    """The Kustomizations of another source (content not rendered) that `dep` is Ready only after: itself, or
+    a child it applies and waits for (`wait: true`, or a Kustomization health check). A Kustomization is
+    Ready only once its whole apply succeeded (kustomize-controller), CRDs included, as flux2-multi-tenancy's
+    `kyverno` waits for `kyverno-controller` applying kyverno's release manifests from an OCIRepository."""
+    spec = ctx.graph.specs.get(dep)
+    if spec is None:
+        return []
+    candidates = [dep] + [
+        child for child, child_spec in ctx.graph.specs.items()
+        if child_spec.defined_in == dep and child != dep and (
+            spec.wait or any(h.kind == "Kustomization" and h.name == child.name and h.namespace in (child.namespace, "") for h in spec.health_checks)
+        )
+    ]
+    out = []
+    for tier in candidates:
+        rendered = ctx.render.tiers.get(tier)
+        if rendered is not None and not rendered.rendered and not rendered.failed and not ctx.config.is_this_repo(ctx.graph.specs[tier].source):
+            out.append(tier)
+    return out
 
 
 NO_READY_CONDITION = "has no Ready condition Flux can read"  # the simulation's own warning: judged already
