@@ -27,9 +27,13 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 # Measured with prlimit --as on kubectl 1.3x's kustomize, a one-object build: it fails at 700 MiB, at 840 and 1300
 # MiB now and then, at 1224 MiB always (Go's arena reservations), and never in 10 runs from 2,176 MiB up.
 GO_RESERVED_BYTES = 2 * 1024**3
-# What the Go runtime throws when an allocation or a mapping fails (golang/go src/runtime/malloc.go, mem_linux.go):
-# under the address-space cap above, the build outgrew the memory it may use: a limit, not a verdict on the PR.
-GO_OUT_OF_MEMORY = ("fatal error: out of memory", "runtime: out of memory", "fatal error: runtime: cannot allocate memory")
+# What the Go runtime throws when an allocation or a mapping fails (golang/go src/runtime/malloc.go, mem_linux.go;
+# at start-up, mpagealloc_64bit.go sysInit and malloc.go mallocinit's arena hints): under the address-space cap
+# above, the build outgrew the memory it may use: a limit, not a verdict on the PR.
+GO_OUT_OF_MEMORY = (
+    "fatal error: out of memory", "runtime: out of memory", "fatal error: runtime: cannot allocate memory",
+    "fatal error: failed to reserve page summary memory", "runtime: cannot reserve arena virtual address space",
+)
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 # How the messages of a BuildStopped begin (a `render-failed` finding carries only the message): a build
 # stopped by a limit is not a verdict about the PR (handlers/precheck.py).
