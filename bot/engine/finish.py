@@ -9,7 +9,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import yaml
 
@@ -21,6 +21,7 @@ from bot.engine.rendered import (
     CONFIG_KIND, MAY_SUBSTITUTE, ORIGIN_ANNOTATION, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SECRET_MASK,
     RawDocument, RawTier, RenderedTier, SourceIndex, object_ref, render_failed, render_limit,
 )
+from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader, check_aliases, nesting_limit, split_documents
 
 _ORIGIN_PATH = re.compile(r"^(?:path|configuredIn): *(.+)$", re.MULTILINE)
@@ -215,6 +216,39 @@ def finish_key(raw: RawTier, variables: Variables, graph_only: bool, strict: boo
          strict, raw.failed],
         sort_keys=True, default=str,
     ).encode()).hexdigest()
+
+
+class FinishStore(Protocol):
+    """Finished tiers kept by their finish key (bot/pipeline/memo.py `FinishMemo`)."""
+
+    def get(self, finish_key: str | None) -> tuple[RenderedTier, list[Finding]] | None: ...
+
+    def put(self, finish_key: str, rendered: RenderedTier, findings: list[Finding]) -> None: ...
+
+
+def finish_built(
+    raw: RawTier, objects: SourceIndex, tree: RepoTree, *, strict: bool, graph_only: bool = False, injected: tuple[SubstituteFrom, ...] = (),
+    external: Mapping[ConfigKey, ClusterObject] | None = None, store: FinishStore | None = None,
+) -> tuple[RenderedTier, list[Finding]]:
+    """One built tier of `tree` finished (`finish_tier`) with the cluster's injected sources, from `store` when it was done before.
+
+    `external`: the ConfigMaps and Secrets only the cluster has."""
+    spec = with_injected(raw.spec, injected)
+    raw = raw if spec is raw.spec else replace(raw, spec=spec)
+    if raw.failed and not raw.documents:
+        return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
+    variables = tier_variables(spec, objects, external)
+    # A graph needs a build's Flux Kustomizations only: without one there is nothing to finish, or to keep.
+    key = None if graph_only and not raw.document_index.kustomizations else finish_key(raw, variables, graph_only, strict)
+    remembered = store.get(key) if store is not None else None
+    if remembered is not None:
+        rendered, kept = remembered
+        return replace(rendered, spec=spec, inputs=raw.inputs), list(kept)
+    root = tree.real_path(spec.path) or spec.path  # where kustomize built it (origins are relative to it)
+    rendered, findings = finish_tier(raw, variables, root=root, strict=strict, graph_only=graph_only, key=key)
+    if key is not None and store is not None:
+        store.put(key, rendered, findings)
+    return rendered, findings
 
 
 def finish_tier(

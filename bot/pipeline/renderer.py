@@ -1,8 +1,8 @@
 """Render a cluster the way kustomize-controller would: entry path, then every Kustomization on this repo.
 
-The scheduling half: tiers build in a thread pool (bot/pipeline/build.py), are finished as their
-substituteFrom sources arrive (bot/engine/finish.py), and their children are discovered
-(bot/engine/discovery.py); every memo is bot/pipeline/memo.py's. A `Session` opens renderers.
+The scheduling half: tiers build in a thread pool (bot/pipeline/build.py); bot/engine/clusterpass.py finishes
+them as their substituteFrom sources arrive and follows their children; every memo is bot/pipeline/memo.py's.
+A `Session` opens renderers.
 """
 
 from __future__ import annotations
@@ -13,27 +13,22 @@ import queue
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
 from bot.adapters.memory import check_stop
 from bot.adapters.workspace import Snapshot
-from bot.engine.artifacts import Artifact, Placement, generated_artifacts, is_artifact_generator, place
+from bot.engine.clusterobjects import ConfigFetcher
+from bot.engine.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
 from bot.engine.config import CONFIG_FILE, RepoConfig
-from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry, within_artifact
+from bot.engine.discovery import RenderLimits, child_specs
 from bot.engine.facts import ObjectStub
-from bot.engine.clusterobjects import MAX_LIVE_SOURCES, ClusterObject, ConfigFetcher, ConfigKey, declared_objects
-from bot.engine.finish import finish_key, finish_tier, missing_sources, sources_present, tier_variables, with_injected
-from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
 from bot.engine.flux import entry_tier
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
-from bot.engine.rendered import (
-    ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, is_discovery_object, redefined, render_failed, same_tier,
-)
-from bot.engine.resourceset import expand as expand_resourcesets, is_input_provider, is_resourceset
+from bot.engine.model import Finding, Manifest, SourceLocation, TierSpec
+from bot.engine.rendered import ClusterRender, RawTier, RenderedTier, build_key
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, children_key, render_key, tree_key
 from bot.pipeline.progress import Progress
@@ -187,31 +182,6 @@ class Renderer:
                 hit = self.builds.keep(key, hit)
         return hit.for_spec(spec) if hit is not None else None
 
-    def finish(
-        self, raw: RawTier, objects: SourceIndex, graph_only: bool = False, injected: tuple[SubstituteFrom, ...] = (),
-        external: dict[ConfigKey, ClusterObject] | None = None, strict: bool | None = None,
-    ) -> tuple[RenderedTier, list[Finding]]:
-        """postBuild substitution and commonMetadata for one built tier, from the finish memo when it was done before.
-
-        `external`: the ConfigMaps and Secrets only the cluster has; `strict`: None, as `.fluxwarden.yaml` says."""
-        spec = with_injected(raw.spec, injected)
-        raw = raw if spec is raw.spec else replace(raw, spec=spec)
-        if raw.failed and not raw.documents:
-            return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
-        variables = tier_variables(spec, objects, external)
-        # A graph needs a build's Flux Kustomizations only: without one there is nothing to finish, or to cache.
-        strict = self.config.strict_substitution if strict is None else strict
-        key = None if graph_only and not raw.document_index.kustomizations else finish_key(raw, variables, graph_only, strict)
-        remembered = self.finished.get(key)
-        if remembered is not None:
-            rendered, memo_findings = remembered
-            return replace(rendered, spec=spec, inputs=raw.inputs), list(memo_findings)
-        root = self.snapshot.real_path(spec.path) or spec.path  # where kustomize built it (origins are relative to it)
-        rendered, findings = finish_tier(raw, variables, root=root, strict=strict, graph_only=graph_only, key=key)
-        if key is not None:
-            self.finished.put(key, rendered, findings)
-        return rendered, findings
-
     def child_specs(self, tier: RenderedTier, entry: str, findings: list[Finding]) -> list[TierSpec]:
         """The Kustomizations a finished tier applies (`child_specs`), from the cache when the same tier was followed before.
 
@@ -252,267 +222,69 @@ class Renderer:
             remembered = self.finished.get_render(key, cluster, entry, self.snapshot)
             if remembered is not None:
                 return remembered
-        entry_spec = entry_tier(entry)
-        declared = declared_objects(self.snapshot, self.config.cluster_objects.get(cluster, ()))
-        config = self.config
-        setting = config.strict_setting if config.strict_setting is not None else (True if config.strict_substitution else None)
-        # (From the snapshot and its configuration: the render key above covers it.)
-        flux = cluster_flux_version(self.snapshot, entry, config.flux_versions.get(cluster))
-        strict = strict_substitution(setting, flux)
-        for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
-            run = _ClusterPass(
-                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict, flux,
-            ).run(last=attempt == 2)
-            if run.better_entry is None:
-                break
-            entry_spec = run.better_entry
+        settings = cluster_settings(self.snapshot, self.config, cluster, entry)  # (from the snapshot and its configuration: the key covers it)
+
+        def run(entry_spec: TierSpec, last: bool) -> PassResult:
+            with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="render") as pool:
+                return ClusterPass(
+                    self.snapshot, self.config, entry, entry_spec, _PoolBuilds(self, pool, graph_only),
+                    locate=self.locate, patch=self.builder.patched_sync, settings=settings, graph_only=graph_only, limits=self.limits,
+                    children=self.child_specs, store=self.finished, live_config=self.live_config,
+                    output_bytes=lambda: self.builder.output_bytes, interrupt=check_stop, on_finished=self._finished_hook(graph_only, on_finished),
+                ).run(last=last)
+
+        result = settle_entry(entry_tier(entry), run)
         self.builds.save()
-        if key is not None and not any(t.failed for t in run.tiers.values()):  # a failure may be a timeout
-            self.finished.put_render(key, run.tiers, run.finish_findings, run.findings)
-        return ClusterRender(cluster, entry, run.tiers, tuple(run.findings), self.snapshot)
+        if key is not None and not any(t.failed for t in result.tiers.values()):  # a failure may be a timeout
+            self.finished.put_render(key, result.tiers, result.finish_findings, result.findings)
+        return ClusterRender(cluster, entry, result.tiers, tuple(result.findings), self.snapshot)
+
+    def _finished_hook(self, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None) -> Callable[[RenderedTier], object] | None:
+        """What a pass calls with each finished tier: the caller's hook, then the progress count (not for a graph)."""
+        progress = self.progress if not graph_only else None
+        if progress is None:
+            return on_finished
+
+        def finished(tier: RenderedTier) -> None:
+            if on_finished is not None:
+                on_finished(tier)
+            progress.tier_done()
+
+        return finished
 
 
-class _PassResult(NamedTuple):
-    """One pass of `render_cluster`: its tiers and findings, or the better entry spec it stopped for."""
+class _PoolBuilds:
+    """A pass's builds in the renderer's thread pool; a memoised or reused one arrives without a thread."""
 
-    tiers: dict[TierId, RenderedTier]
-    finish_findings: dict[TierId, list[Finding]]
-    findings: list[Finding]
-    better_entry: TierSpec | None
-
-
-class _StopForEntry(Exception):
-    """The entry tier's own Kustomization says how it is built: the pass starts again with it."""
-
-    def __init__(self, spec: TierSpec) -> None:
-        self.spec = spec
-
-
-class _ClusterPass:
-    """One pass over a cluster from an entry spec: schedule builds, finish tiers as their sources arrive, follow children."""
-
-    def __init__(
-        self, renderer: Renderer, entry: str, entry_spec: TierSpec, graph_only: bool, on_finished: Callable[[RenderedTier], object] | None,
-        injected: tuple[SubstituteFrom, ...] = (),
-        declared: dict[ConfigKey, ClusterObject] | None = None,
-        strict: bool = False,
-        flux: FluxVersion | None = None,
-    ) -> None:
-        self.renderer, self.entry, self.entry_spec = renderer, entry, entry_spec
-        self.strict = strict  # strict substitution: `.fluxwarden.yaml`, else the cluster's Flux version
-        self.flux = flux  # the cluster's Flux release (None: unknown), where its builds differ by version
-        # The ConfigMaps/Secrets only the cluster has: declared (`clusters.<name>.cluster_objects`), then what the
-        # live cluster answered (found or absent) over them; a failed read leaves a declared one in place.
-        self.external: dict[ConfigKey, ClusterObject] = dict(declared or {})
-        self.asked: set[ConfigKey] = set()  # read live already (answered or not)
-        self.injected = injected  # `clusters.<name>.substitute_from`: what the cluster substitutes into every tier
-        self.graph_only, self.on_finished = graph_only, on_finished
-        self.findings: list[Finding] = []
-        self.tiers: dict[TierId, RenderedTier] = {}
-        self.finish_findings: dict[TierId, list[Finding]] = {}
-        self.built: dict[TierId, RawTier] = {}
-        self.objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
-        self.artifacts: dict[tuple[str, str], Artifact] = {}  # (namespace, name) → what an ArtifactGenerator in git makes
-        self.placed: dict[TierId, tuple[Artifact, Placement]] = {}
-        self.waiting: list[TierSpec] = []  # ExternalArtifact tiers whose generator has not been rendered yet
-        self.scheduled: dict[TierId, TierSpec] = {entry_spec.id: entry_spec}
-        # Each tier's chain of applying Kustomizations, entry first (for RenderLimits).
-        self.lineage: dict[TierId, tuple[TierSpec, ...]] = {entry_spec.id: (entry_spec,)}
-        self.rendered_objects = 0
-        # The ResourceSetInputProviders of the tiers finished so far: a ResourceSet reads those of its namespace.
-        self.providers: list[Manifest] = []
+    def __init__(self, renderer: Renderer, pool: ThreadPoolExecutor, graph_only: bool) -> None:
+        self.renderer, self.pool = renderer, pool
+        self.progress = renderer.progress if not graph_only else None
         # Builds report through a queue: waiting on a set of futures costs a pass over all of them
         # each time, and a commit seen before schedules hundreds of tiers that are ready at once.
         self.done: queue.SimpleQueue[Future[RawTier]] = queue.SimpleQueue()
-        self.outstanding = 0
-        self.pool: ThreadPoolExecutor | None = None
 
-    def run(self, *, last: bool) -> _PassResult:
-        """The pass; unless `last`, it stops early when the entry tier shows a better entry spec, or returns one a FluxInstance shows."""
-        renderer = self.renderer
-        try:
-            with ThreadPoolExecutor(max_workers=renderer.jobs, thread_name_prefix="render") as self.pool:
-                self._schedule(self.entry_spec)
-                while self.outstanding or self.built or self.waiting:
-                    check_stop()  # shutting down: no more tiers are finished or scheduled
-                    if not (self.outstanding or self.built):  # only tiers on artifacts no tier in git generates
-                        for spec in self.waiting:
-                            self._not_rendered(spec, f"{spec.id} applies {spec.source}, which no ArtifactGenerator in git produces; its content is not rendered")
-                        self.waiting = []
-                        break
-                    self._take_arrived()
-                    self._finish_ready(last)
-        except _StopForEntry as stop:
-            return _PassResult({}, {}, [], stop.spec)
-        better = None
-        if self.entry_spec.origin is None and not last:
-            better = operator_entry(
-                self.tiers, self.entry, self.entry_spec, self.findings, renderer.config, renderer.locate, renderer.builder.patched_sync,
-                self._config_map,
-            )
-        return _PassResult(self.tiers, self.finish_findings, self.findings, better)
-
-    def _config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """A ConfigMap the cluster's builds hold (for a flux-instance release's valuesFrom)."""
-        found = self.objects.get(("ConfigMap", namespace, name))
-        return found[0][found[1]].body if found is not None else None
-
-    def _not_rendered(self, spec: TierSpec, message: str) -> None:
-        self.tiers[spec.id] = RenderedTier(spec=spec)
-        self.findings.append(Finding("not-rendered", Severity.INFO, message, kustomization=spec.id, location=spec.origin))
-
-    def _schedule(self, spec: TierSpec) -> None:
-        self.outstanding += 1
-        if self.renderer.progress is not None and not self.graph_only:
-            self.renderer.progress.tier_known()
+    def start(self, spec: TierSpec) -> None:
+        """Build a tier in the pool, or take the build known already (no I/O, no thread)."""
+        if self.progress is not None:
+            self.progress.tier_known()
         known = self.renderer.known_build(spec)
-        if known is not None:  # memoised or reused: no I/O, no thread
+        if known is not None:
             future: Future[RawTier] = Future()
             future.set_result(known)
             self.done.put(future)
         else:
-            assert self.pool is not None
             self.pool.submit(self._build, spec).add_done_callback(self.done.put)
 
     def _build(self, spec: TierSpec) -> RawTier:
         check_stop()  # a build queued before shutdown began does not start
         return self.renderer.build_tier(spec)
 
-    def _admit(self, spec: TierSpec) -> bool:
-        """Schedule a discovered tier, or say why its content is not rendered; False: its artifact is not known yet."""
-        if spec.source.kind == "ExternalArtifact":
-            artifact = self.artifacts.get((spec.source.namespace, spec.source.name))
-            if artifact is None:
-                return False
-            placement = place(artifact, spec.path)
-            if isinstance(placement, str):
-                self._not_rendered(spec, f"{spec.id} applies {spec.source}: {placement}; its content is not rendered")
-                return True
-            self.placed[spec.id] = (artifact, placement)
-            self._schedule(replace(spec, path=placement.path, source_path=spec.path))
-        elif self.renderer.config.is_this_repo(spec.source):
-            self._schedule(in_repo(spec, self.renderer.config))
-        else:
-            self._not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
-        return True
-
-    def _take_arrived(self) -> None:
-        """Wait for a build (when any is outstanding), take whatever else is ready, index their ConfigMaps and Secrets."""
-        arrived = [self.done.get()] if self.outstanding else []
+    def arrived(self) -> list[RawTier]:
+        """Wait for a build, then take whatever else is ready."""
+        arrived = [self.done.get()]
         while True:
             try:
                 arrived.append(self.done.get_nowait())
             except queue.Empty:
                 break
-        self.outstanding -= len(arrived)
-        for future in arrived:
-            raw = future.result()
-            if raw.empty is not None and not raw.failed and (why := empty_kustomization_fails(raw.empty.file, raw.empty.generated, self.flux)):
-                location = raw.spec.origin if raw.empty.generated else SourceLocation(raw.empty.file)
-                raw = RawTier(raw.spec, inputs=raw.inputs, failed=True, findings=(render_failed(raw.spec.id, why, location),))
-            if raw.spec.id in self.placed and not raw.failed:
-                raw, why = within_artifact(raw, *self.placed[raw.spec.id])
-                if why is not None:
-                    self._not_rendered(raw.spec, why)
-                    continue
-            self.built[raw.spec.id] = raw
-            self.findings.extend(raw.findings)
-            for key, position in raw.document_index.config.items():
-                self.objects.setdefault(key, (raw.documents, position))
-
-    def _read_live(self) -> None:
-        """Read from the live cluster, in one batch, the substituteFrom sources no build holds of every tier waiting to finish."""
-        reader = self.renderer.live_config
-        if reader is None or self.outstanding:
-            return
-        wanted: dict[ConfigKey, None] = {}
-        for raw in self.built.values():
-            wanted.update(dict.fromkeys(k for k in missing_sources(with_injected(raw.spec, self.injected), self.objects) if k not in self.asked))
-        if not wanted:
-            return
-        budget = max(0, MAX_LIVE_SOURCES - len(self.asked))
-        keys = list(wanted)
-        self.asked.update(keys)
-        for key in keys[budget:]:
-            if key not in self.external:
-                self.external[key] = ClusterObject(*key, error=f"not read: more than {MAX_LIVE_SOURCES} substituteFrom sources outside git")
-        for found in reader(keys[:budget]):
-            if found.error is None or found.key not in self.external:
-                self.external[found.key] = found
-
-    def _finish_ready(self, last: bool) -> None:
-        """Finish every built tier whose substituteFrom sources are known (or can no longer arrive), then follow its children."""
-        renderer = self.renderer
-        self._read_live()
-        for tid in list(self.built):
-            raw = self.built[tid]
-            if self.outstanding and not sources_present(with_injected(raw.spec, self.injected), self.objects):
-                continue  # its substituteFrom may be rendered by a tier still building
-            check_stop()
-            del self.built[tid]
-            rendered, tier_findings = renderer.finish(raw, self.objects, self.graph_only, self.injected, self.external, self.strict)
-            rendered, tier_findings = self._with_resourcesets(rendered, tier_findings)
-            if tid == self.entry_spec.id:
-                own = bootstrap_spec(rendered, self.entry, renderer.config, renderer.locate)
-                if own is not None and not same_tier(own, self.entry_spec) and not last:
-                    raise _StopForEntry(own)
-                if own is not None and same_tier(own, self.entry_spec):
-                    self.entry_spec = own
-                    rendered = replace(rendered, spec=own)
-            self.tiers[tid] = rendered
-            self.rendered_objects += len(rendered.manifests)
-            self.finish_findings[tid] = tier_findings
-            if self.on_finished is not None:
-                self.on_finished(rendered)
-            if renderer.progress is not None and not self.graph_only:
-                renderer.progress.tier_done()
-            self.findings.extend(tier_findings)
-            self._follow(tid, rendered)
-
-    def _with_resourcesets(self, rendered: RenderedTier, findings: list[Finding]) -> tuple[RenderedTier, list[Finding]]:
-        """The tier with what its ResourceSets create, as if it applied them: the Flux Operator applies them
-        once the ResourceSet is applied, so for the checks they belong to this tier (its Kustomizations are
-        its children). A provider in a tier finished later is not seen (the operator would wait for it)."""
-        discovered = rendered.discovery_objects()
-        self.providers += [m for m in discovered if is_input_provider(m)]
-        if not any(is_resourceset(m) for m in discovered):
-            return rendered, findings
-        created, more = expand_resourcesets(discovered, self.providers, rendered.spec.id)
-        self.providers += [m for m in created if is_input_provider(m)]
-        if not created and not more:
-            return rendered, findings
-        discovery = None if rendered.discovery is None else (*rendered.discovery, *(m for m in created if is_discovery_object(m)))
-        return replace(rendered, manifests=(*rendered.manifests, *created), discovery=discovery), [*findings, *more]
-
-    def _follow(self, tid: TierId, rendered: RenderedTier) -> None:
-        """Learn a finished tier's artifacts and schedule the Kustomizations it applies (within the limits)."""
-        renderer = self.renderer
-        new_artifacts = False
-        for manifest in rendered.discovery_objects():
-            if is_artifact_generator(manifest):
-                for key, artifact in generated_artifacts(manifest, renderer.config.is_this_repo, renderer.snapshot).items():
-                    new_artifacts |= self.artifacts.setdefault(key, artifact) is artifact
-        for spec in renderer.child_specs(rendered, self.entry, self.findings):
-            if spec.id in self.scheduled:
-                # A Kustomization whose path holds its own file applies itself again: one definition.
-                if not same_tier(self.scheduled[spec.id], spec) and spec.id != self.entry_spec.id:
-                    self.findings.append(render_failed(spec.id, redefined(self.scheduled[spec.id], spec), spec.origin, Severity.WARNING))
-                continue
-            chain = (*self.lineage.get(tid, (rendered.spec,)), spec)
-            beyond = renderer.limits.beyond(chain, len(self.scheduled), self.rendered_objects, renderer.builder.output_bytes)
-            if beyond is not None:
-                self.tiers[spec.id] = RenderedTier(spec=spec, failed=True)  # failed: the render is not cached
-                self.findings.append(Finding("render-limit", Severity.ERROR, beyond, kustomization=spec.id, location=spec.origin))
-                continue
-            self.scheduled[spec.id] = spec
-            self.lineage[spec.id] = chain
-            if rendered.spec.kube_config is not None:
-                # Applied to another cluster as an object: that cluster's Flux reconciles it, with its sources.
-                self._not_rendered(
-                    replace(spec, kube_config=rendered.spec.kube_config),
-                    f"{spec.id} is applied by {tid} to the cluster of {rendered.spec.kube_config}; it is reconciled there, not rendered here",
-                )
-            elif not self._admit(spec):
-                self.waiting.append(spec)
-        if new_artifacts:
-            self.waiting = [spec for spec in self.waiting if not self._admit(spec)]
+        return [future.result() for future in arrived]

@@ -6,9 +6,9 @@ order, with kustomize's origin annotation; anything else a build would need kust
 images, a name prefix or suffix, a target namespace, components, generators, directories as resources,
 a path with no kustomization file) raises `NeedsKustomize`: such a case belongs to the end-to-end tests.
 
-From there the engine's own rules run as the pipeline runs them: `finish_tier` (substitution,
-commonMetadata), `child_specs`/`bootstrap_spec` (discovery), the facts, the providers, the bootstrap,
-the checks and `cluster_findings`. tests/pipeline/test_checks_e2e.py shows that a render made here and
+From there the engine's own rules run as the pipeline runs them: the renderer's own pass over the cluster
+(bot/engine/clusterpass.py: substitution, ResourceSets, discovery, render limits, the entry's own spec), the
+facts, the providers, the bootstrap, the checks and `cluster_findings`. tests/pipeline/test_checks_e2e.py shows that a render made here and
 one made through kustomize agree.
 """
 
@@ -17,25 +17,23 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import textwrap
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import yaml
 
 from bot.engine.bootstrap import Bootstrap, discover_bootstrap
 from bot.engine.checks import CheckContext
+from bot.engine.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
 from bot.engine.config import RepoConfig, cluster_entry, known_clusters, snapshot_config, with_artifact_sources
-from bot.engine.discovery import RenderLimits, bootstrap_spec, child_specs, in_repo, operator_entry
+from bot.engine.discovery import RenderLimits
 from bot.engine.facts import ObjectStub, TierFacts, tier_facts
-from bot.engine.finish import finish_key, finish_tier, parse_output, sources_present, tier_variables, with_injected
+from bot.engine.finish import parse_output
 from bot.engine.flux import OperatorSync, entry_tier
 from bot.engine.graph import TierGraph
 from bot.engine.knowledge import KnowledgeBase, default_knowledge
-from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
+from bot.engine.model import Finding, Manifest, SourceLocation, TierId, TierSpec
 from bot.engine.providers import ProviderIndex
-from bot.engine.rendered import (
-    ORIGIN_ANNOTATION, ClusterRender, DocumentIndex, RawDocument, RawTier, RenderedRelease, RenderedTier, redefined, render_failed, same_tier,
-)
+from bot.engine.rendered import ORIGIN_ANNOTATION, ClusterRender, DocumentIndex, RawTier, RenderedRelease, render_failed
 from bot.engine.report import CheckReport
 from bot.engine.tree import KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
 from bot.engine.verdict import build_report, cluster_findings
@@ -205,97 +203,19 @@ def _with_origin(body: Mapping[str, Any], origin: str) -> dict[str, Any]:
     return {**body, "metadata": meta}
 
 
-@dataclass
-class _Pass:
-    """One pass over a cluster from an entry spec, as bot/pipeline/renderer.py `_ClusterPass` runs it, one build at a time."""
+class _InMemoryBuilds:
+    """A pass's builds (engine/clusterpass.py `Builds`), run one at a time when the pass takes them."""
 
-    tree: MemoryTree
-    config: RepoConfig
-    entry: str
-    entry_spec: TierSpec
-    graph_only: bool
-    injected: tuple[SubstituteFrom, ...]
-    limits: RenderLimits
+    def __init__(self, tree: MemoryTree) -> None:
+        self.tree = tree
+        self.started: list[TierSpec] = []
 
-    def run(self, last: bool) -> tuple[dict[TierId, RenderedTier], list[Finding], TierSpec | None]:
-        self.tiers: dict[TierId, RenderedTier] = {}
-        self.findings: list[Finding] = []
-        self.objects: dict[tuple[str, str, str], tuple[Sequence[RawDocument], int]] = {}
-        self.scheduled = {self.entry_spec.id: self.entry_spec}
-        self.lineage = {self.entry_spec.id: (self.entry_spec,)}
-        self.pending = [self.entry_spec]
-        self.objects_rendered = 0
-        locate_ = locate(self.tree)
-        built: dict[TierId, RawTier] = {}
-        while self.pending or built:
-            for spec in self.pending:
-                raw = build(self.tree, spec)
-                built[raw.spec.id] = raw
-                self.findings.extend(raw.findings)
-                for key, position in raw.document_index.config.items():
-                    self.objects.setdefault(key, (raw.documents, position))
-            self.pending = []
-            for tid in list(built):
-                raw = built[tid]
-                if self.pending and not sources_present(with_injected(raw.spec, self.injected), self.objects):
-                    continue
-                del built[tid]
-                rendered, tier_findings = self._finish(raw)
-                if tid == self.entry_spec.id:
-                    own = bootstrap_spec(rendered, self.entry, self.config, locate_)
-                    if own is not None and not same_tier(own, self.entry_spec) and not last:
-                        return {}, [], own
-                    if own is not None and same_tier(own, self.entry_spec):
-                        self.entry_spec = own
-                        rendered = replace(rendered, spec=own)
-                self.tiers[tid] = rendered
-                self.objects_rendered += len(rendered.manifests)
-                self.findings.extend(tier_findings)
-                self._follow(tid, rendered, locate_)
-        better = None
-        if self.entry_spec.origin is None and not last:
-            better = operator_entry(self.tiers, self.entry, self.entry_spec, self.findings, self.config, locate_, _no_patches)
-        return self.tiers, self.findings, better
+    def start(self, spec: TierSpec) -> None:
+        self.started.append(spec)
 
-    def _finish(self, raw: RawTier) -> tuple[RenderedTier, list[Finding]]:
-        spec = with_injected(raw.spec, self.injected)
-        raw = raw if spec is raw.spec else replace(raw, spec=spec)
-        if raw.failed and not raw.documents:
-            return RenderedTier(spec=spec, failed=True, inputs=raw.inputs), []
-        variables = tier_variables(spec, self.objects)
-        strict = self.config.strict_substitution
-        key = None if self.graph_only and not raw.document_index.kustomizations else finish_key(raw, variables, self.graph_only, strict)
-        return finish_tier(raw, variables, root=self.tree.real_path(spec.path) or spec.path, strict=strict, graph_only=self.graph_only, key=key)
-
-    def _follow(self, tid: TierId, rendered: RenderedTier, locate_: Callable[[Manifest], SourceLocation | None]) -> None:
-        for spec in child_specs(rendered, self.entry, self.config, locate_, self.findings):
-            if spec.id in self.scheduled:
-                if not same_tier(self.scheduled[spec.id], spec) and spec.id != self.entry_spec.id:
-                    self.findings.append(render_failed(spec.id, redefined(self.scheduled[spec.id], spec), spec.origin, Severity.WARNING))
-                continue
-            chain = (*self.lineage.get(tid, (rendered.spec,)), spec)
-            beyond = self.limits.beyond(chain, len(self.scheduled), self.objects_rendered, 0)
-            if beyond is not None:
-                self.tiers[spec.id] = RenderedTier(spec=spec, failed=True)
-                self.findings.append(Finding("render-limit", Severity.ERROR, beyond, kustomization=spec.id, location=spec.origin))
-                continue
-            self.scheduled[spec.id] = spec
-            self.lineage[spec.id] = chain
-            if rendered.spec.kube_config is not None:
-                self._not_rendered(
-                    replace(spec, kube_config=rendered.spec.kube_config),
-                    f"{spec.id} is applied by {tid} to the cluster of {rendered.spec.kube_config}; it is reconciled there, not rendered here",
-                )
-            elif spec.source.kind == "ExternalArtifact":
-                raise NeedsKustomize(f"{spec.id} applies an ExternalArtifact")
-            elif self.config.is_this_repo(spec.source):
-                self.pending.append(in_repo(spec, self.config))
-            else:
-                self._not_rendered(spec, f"{spec.id} applies {spec.source}, not this repository; its content is not rendered")
-
-    def _not_rendered(self, spec: TierSpec, message: str) -> None:
-        self.tiers[spec.id] = RenderedTier(spec=spec)
-        self.findings.append(Finding("not-rendered", Severity.INFO, message, kustomization=spec.id, location=spec.origin))
+    def arrived(self) -> list[RawTier]:
+        started, self.started = self.started, []
+        return [build(self.tree, spec) for spec in started]
 
 
 def _no_patches(sync: OperatorSync, tier: TierId, origin: SourceLocation | None, findings: list[Finding]) -> Mapping[str, Any]:
@@ -315,13 +235,16 @@ def render(
     tree = files if isinstance(files, MemoryTree) else MemoryTree(files)
     config = with_artifact_sources(snapshot_config(tree), tree)  # as bot/pipeline/session.py does
     entry = entry if entry is not None else cluster_entry(config, cluster, tree)
-    entry_spec = entry_tier(entry)
-    for attempt in range(3):
-        tiers, findings, better = _Pass(tree, config, entry, entry_spec, graph_only, config.cluster_substitutes.get(cluster, ()), limits).run(last=attempt == 2)
-        if better is None:
-            break
-        entry_spec = better
-    return ClusterRender(cluster, entry, tiers, tuple(findings), tree, releases={r.ref: r for r in releases})
+    settings = cluster_settings(tree, config, cluster, entry)
+
+    def run(entry_spec: TierSpec, last: bool) -> PassResult:
+        builds = _InMemoryBuilds(tree)
+        return ClusterPass(
+            tree, config, entry, entry_spec, builds, locate=locate(tree), patch=_no_patches, settings=settings, graph_only=graph_only, limits=limits,
+        ).run(last=last)
+
+    result = settle_entry(entry_tier(entry), run)
+    return ClusterRender(cluster, entry, result.tiers, tuple(result.findings), tree, releases={r.ref: r for r in releases})
 
 
 def context(
