@@ -564,11 +564,16 @@ class BootstrapView:
     """A snapshot with the files only ignore rules hid (implements engine/tree.RepoTree): what a bootstrap run
     from the checkout reads. Hidden files are read when asked, within MAX_HIDDEN_READS files and MAX_HIDDEN_BYTES."""
 
-    def __init__(self, base: Snapshot, hidden: HiddenFiles, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+    def __init__(
+        self, base: Snapshot, hidden: HiddenFiles, *, max_file_bytes: int = MAX_FILE_BYTES, max_reads: int = MAX_HIDDEN_READS,
+        max_bytes: int = MAX_HIDDEN_BYTES,
+    ) -> None:
         self.base = base
         self.hidden = hidden
         self.memo: dict[Hashable, Any] = {}  # its own: what is worked out on the artifact never mixes with this
         self._max_file_bytes = max_file_bytes
+        self._max_reads = max_reads
+        self._max_bytes = max_bytes
         self._children: dict[str, tuple[set[str], set[str]]] = {}
         for rel in hidden.dirs:
             self._children.setdefault(posixpath.dirname(rel), (set(), set()))[0].add(posixpath.basename(rel))
@@ -600,7 +605,7 @@ class BootstrapView:
         if rel not in self.hidden.files:
             return self.base.read_bytes(rel)
         with self._lock:
-            if rel not in self._read and (len(self._read) >= MAX_HIDDEN_READS or self._bytes >= MAX_HIDDEN_BYTES):
+            if rel not in self._read and (len(self._read) >= self._max_reads or self._bytes >= self._max_bytes):
                 return None
         data = self._load(rel)
         with self._lock:
