@@ -21,7 +21,7 @@ from bot.adapters.sourceignore import IgnoreRules
 from bot.engine.errors import ConfigError
 from bot.engine.generate import BuildLayout, build_layout
 from bot.engine.model import TierSpec
-from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
+from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, RepoTree, blob_id, normalise_repo_path
 from bot.engine.yamlio import MAX_FILE_BYTES
 
 
@@ -59,6 +59,10 @@ MAX_FILES = 200_000
 # dozen levels; a PR's 1,000-deep tree is an attack on the walks below (and on kustomize).
 MAX_DEPTH = 100
 TOO_DEEP = f"is nested more than {MAX_DEPTH} directories deep; not read"
+# The bootstrap view (see HiddenFiles): paths it lists beyond the artifact, files and bytes it reads of them.
+MAX_HIDDEN_PATHS = 50_000
+MAX_HIDDEN_READS = 2_000
+MAX_HIDDEN_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ class GitTree:
         entry = self.files.get(rel)
         return None if entry is None else self._read_blob(entry.oid)
 
+    def read_blob(self, oid: str) -> bytes:
+        """A blob of the commit by id (the bootstrap view reads the files the listing left out this way)."""
+        return self._read_blob(oid)
+
     def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
         dirs, files = self._children.get(rel, ([], []))
         return list(dirs), list(files)
@@ -128,6 +136,20 @@ class GitTree:
 
 
 @dataclass(frozen=True)
+class HiddenFiles:
+    """What the artifact leaves out for an ignore rule only (`.sourceignore`, the default exclusions).
+
+    A bootstrap runs from the repository checkout before Flux, not from Flux's artifact: its scripts and
+    helmfiles are often `.sourceignore`d. Paths refused for safety (outside the repository, a symlink,
+    over the size limit, too deep) are never here, nor `.git`.
+    """
+
+    files: Mapping[str, str]  # repo path → a commit's blob id, or (working tree) the same repo path under `source`
+    dirs: frozenset[str]
+    source: Path | None = None  # the working tree they are read from; None: blobs of the snapshot's commit
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A sanitised repository copy at `root`: every path in it resolves inside it.
 
@@ -145,6 +167,17 @@ class Snapshot:
     config_text: str | None = field(default=None, compare=False)
     config_error: str | None = field(default=None, compare=False)  # why it could not be read
     memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)  # see RepoTree.memo
+    hidden: HiddenFiles | None = field(default=None, compare=False, repr=False)  # see bootstrap_view
+    _views: dict[str, "BootstrapView"] = field(default_factory=dict, compare=False, repr=False)
+
+    def bootstrap_view(self) -> RepoTree:
+        """The whole repository as its own bootstrap reads it: this tree plus the files only ignore rules hid."""
+        if self.hidden is None or not (self.hidden.files or self.hidden.dirs):
+            return self
+        view = self._views.get("bootstrap")
+        if view is None:
+            view = self._views.setdefault("bootstrap", BootstrapView(self, self.hidden))
+        return view
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -263,6 +296,8 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
         rules.add(pattern)
     refused: list[RefusedPath] = []
     linked: list[str] = []  # symlinks met (kept or refused)
+    hidden: dict[str, str] = {}
+    hidden_dirs: set[str] = set()
     count = 0
 
     def listing(rel_dir: str) -> Iterator[os.DirEntry[str]] | None:
@@ -297,6 +332,8 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
             continue
         is_dir = entry.is_dir(follow_symlinks=False)
         if rules.ignored(rel, is_dir):
+            if entry.name != ".git":
+                _hide_path(source, rel, len(stack), is_dir, hidden, hidden_dirs, max_file_bytes)
             continue
         if is_dir:
             if len(stack) > MAX_DEPTH:
@@ -315,7 +352,41 @@ def build_snapshot(source: Path, dest: Path, *, max_file_bytes: int = MAX_FILE_B
         config, config_error = read_config_text(source, max_file_bytes), None
     except ConfigError as exc:  # raised when the configuration is used: an explicit one may stand in
         config, config_error = None, str(exc)
-    return Snapshot(root=root, refused=tuple(refused), has_symlinks=bool(linked), config_text=config, config_error=config_error)
+    return Snapshot(
+        root=root, refused=tuple(refused), has_symlinks=bool(linked), config_text=config, config_error=config_error,
+        hidden=HiddenFiles(hidden, frozenset(hidden_dirs), source),
+    )
+
+
+def _hide_path(source: Path, rel: str, depth: int, is_dir: bool, files: dict[str, str], dirs: set[str], max_file_bytes: int) -> None:
+    """Record an ignored path of a working tree for the bootstrap view: a regular file within the size limit, or
+    a directory and what it holds (bounded, no symlink followed, no `.git`); never copied, read when asked."""
+    pending = [(rel, depth)] if is_dir else []
+    if not is_dir:
+        try:
+            info = (source / rel).lstat()
+        except OSError:
+            return
+        if stat.S_ISREG(info.st_mode) and info.st_size <= max_file_bytes and len(files) + len(dirs) < MAX_HIDDEN_PATHS:
+            files[rel] = rel
+        return
+    while pending and len(files) + len(dirs) < MAX_HIDDEN_PATHS:
+        rel_dir, level = pending.pop()
+        if level > MAX_DEPTH:
+            continue
+        dirs.add(rel_dir)
+        try:
+            entries = sorted(os.scandir(source / rel_dir), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            child = f"{rel_dir}/{entry.name}"
+            if entry.name == ".git" or entry.is_symlink():
+                continue  # a symlink is not followed here: where it lands is not judged for this view
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((child, level + 1))
+            elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_size <= max_file_bytes:
+                files[child] = child
 
 
 def ignore_patterns(text: str) -> bool:
@@ -393,6 +464,8 @@ class TreeListing:
     dirs: frozenset[str]
     refused: tuple[RefusedPath, ...]
     config: TreeEntry | None = None  # the root `.fluxwarden.yaml`, ignored or not (see Snapshot.config_text)
+    hidden: Mapping[str, TreeFile] = field(default_factory=dict)  # left out by ignore rules only (see HiddenFiles)
+    hidden_dirs: frozenset[str] = frozenset()
 
 
 def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes], *, max_file_bytes: int = MAX_FILE_BYTES) -> TreeListing | None:
@@ -417,7 +490,22 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
     refused: list[RefusedPath] = []
     files: dict[str, TreeFile] = {}
     dirs: set[str] = set()
+    hidden: dict[str, TreeFile] = {}
+    hidden_dirs: set[str] = set()
     count = 0
+
+    def hide(top: TreeEntry, depth: int) -> None:
+        """An ignored entry, and what an ignored tree holds, for the bootstrap view (bounded like the walk)."""
+        pending = [(top, depth)]
+        while pending and len(hidden) + len(hidden_dirs) < MAX_HIDDEN_PATHS:
+            entry, level = pending.pop()
+            if posixpath.basename(entry.path) == ".git" or normalise_repo_path(entry.path) != entry.path:
+                continue
+            if entry.kind == "tree" and level <= MAX_DEPTH:
+                hidden_dirs.add(entry.path)
+                pending.extend((child, level + 1) for child in children.get(entry.path, ()))
+            elif entry.kind == "blob" and entry.size is not None and entry.size <= max_file_bytes:
+                hidden[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
 
     def listing(rel_dir: str) -> Iterator[TreeEntry]:
         entries = sorted(children.get(rel_dir, ()), key=lambda e: posixpath.basename(e.path))
@@ -443,6 +531,7 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
             continue
         is_dir = entry.kind != "blob"
         if rules.ignored(entry.path, is_dir):
+            hide(entry, len(stack))
             continue
         if is_dir:
             if len(stack) > MAX_DEPTH:
@@ -455,7 +544,7 @@ def list_commit(entries: Sequence[TreeEntry], read_blob: Callable[[str], bytes],
         else:
             files[entry.path] = TreeFile(entry.oid, bool(entry.mode & stat.S_IXUSR))
     config = next((e for e in children.get("", ()) if e.path == CONFIG_FILE), None)
-    return TreeListing(files, frozenset(dirs), tuple(refused), config)
+    return TreeListing(files, frozenset(dirs), tuple(refused), config, hidden, frozenset(hidden_dirs))
 
 
 def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str], bytes], dest: Path) -> Snapshot:
@@ -467,7 +556,127 @@ def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str]
         config, config_error = _commit_config(listing.config, read_blob), None
     except ConfigError as exc:
         config, config_error = None, str(exc)
-    return Snapshot(root=root, refused=listing.refused, tree=tree, config_text=config, config_error=config_error)
+    hidden = HiddenFiles({rel: f.oid for rel, f in listing.hidden.items()}, listing.hidden_dirs)
+    return Snapshot(root=root, refused=listing.refused, tree=tree, config_text=config, config_error=config_error, hidden=hidden)
+
+
+class BootstrapView:
+    """A snapshot with the files only ignore rules hid (implements engine/tree.RepoTree): what a bootstrap run
+    from the checkout reads. Hidden files are read when asked, within MAX_HIDDEN_READS files and MAX_HIDDEN_BYTES."""
+
+    def __init__(
+        self, base: Snapshot, hidden: HiddenFiles, *, max_file_bytes: int = MAX_FILE_BYTES, max_reads: int = MAX_HIDDEN_READS,
+        max_bytes: int = MAX_HIDDEN_BYTES,
+    ) -> None:
+        self.base = base
+        self.hidden = hidden
+        self.memo: dict[Hashable, Any] = {}  # its own: what is worked out on the artifact never mixes with this
+        self._max_file_bytes = max_file_bytes
+        self._max_reads = max_reads
+        self._max_bytes = max_bytes
+        self._children: dict[str, tuple[set[str], set[str]]] = {}
+        for rel in hidden.dirs:
+            self._children.setdefault(posixpath.dirname(rel), (set(), set()))[0].add(posixpath.basename(rel))
+        for rel in hidden.files:
+            self._children.setdefault(posixpath.dirname(rel), (set(), set()))[1].add(posixpath.basename(rel))
+        self._read: set[str] = set()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def refused(self) -> tuple[RefusedPath, ...]:
+        return self.base.refused
+
+    @property
+    def has_symlinks(self) -> bool:
+        return self.base.has_symlinks
+
+    @property
+    def identity(self) -> Hashable:
+        return (self.base.identity, "bootstrap")
+
+    def bootstrap_view(self) -> RepoTree:
+        return self
+
+    def read_config(self) -> str | None:
+        return self.base.read_config()
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        if rel not in self.hidden.files:
+            return self.base.read_bytes(rel)
+        with self._lock:
+            if rel not in self._read and (len(self._read) >= self._max_reads or self._bytes >= self._max_bytes):
+                return None
+        data = self._load(rel)
+        with self._lock:
+            if data is not None and rel not in self._read:
+                self._read.add(rel)
+                self._bytes += len(data)
+        return data
+
+    def _load(self, rel: str) -> bytes | None:
+        stored = self.hidden.files[rel]
+        if self.hidden.source is None:
+            tree = self.base.tree
+            return tree.read_blob(stored) if tree is not None else None
+        return _read_inside(self.hidden.source, stored, self._max_file_bytes)
+
+    def read_text(self, rel: str) -> str | None:
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def is_dir(self, rel: str) -> bool:
+        return rel in self.hidden.dirs or self.base.is_dir(rel)
+
+    def is_file(self, rel: str) -> bool:
+        return rel in self.hidden.files or self.base.is_file(rel)
+
+    def exists(self, rel: str) -> bool:
+        return rel in self.hidden.files or rel in self.hidden.dirs or self.base.exists(rel)
+
+    def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
+        dirs, files = self.base.list_dir(rel) if rel not in self.hidden.dirs else ([], [])
+        more_dirs, more_files = self._children.get(rel, (set(), set()))
+        return sorted({*dirs, *more_dirs}), sorted({*files, *more_files})
+
+    def has_kustomization(self, rel: str) -> bool:
+        return any(self.is_file(posixpath.join(rel, name) if rel else name) for name in KUSTOMIZATION_FILES)
+
+    def file_digest(self, rel: str) -> str | None:
+        if rel not in self.hidden.files:
+            return self.base.file_digest(rel)
+        if self.hidden.source is None:
+            return self.hidden.files[rel]
+        data = self.read_bytes(rel)
+        return None if data is None else blob_id(data)
+
+    def entries(self, rel: str) -> list[str]:
+        dirs, files = self.list_dir(rel)
+        names = set(dirs + files)
+        if rel not in self.hidden.dirs:
+            names.update(self.base.entries(rel))
+        return sorted(names)
+
+    def real_path(self, rel: str) -> str | None:
+        return rel if rel in self.hidden.files or rel in self.hidden.dirs else self.base.real_path(rel)
+
+
+def _read_inside(source: Path, rel: str, max_file_bytes: int) -> bytes | None:
+    """A working tree's regular file, read only while every component of its path is a real directory of `source`
+    (a path swapped for a symlink since the walk reads nothing) and within the size limit."""
+    path = source / rel
+    if os.path.realpath(path) != str(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_file_bytes:
+            return None
+        data = handle.read(max_file_bytes + 1)
+    return data if len(data) <= max_file_bytes else None
 
 
 def _commit_config(entry: TreeEntry | None, read_blob: Callable[[str], bytes], max_file_bytes: int = MAX_FILE_BYTES) -> str | None:

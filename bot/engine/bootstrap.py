@@ -144,8 +144,9 @@ def discover_bootstrap(
 ) -> Bootstrap:
     """What the repository shows is installed before Flux's first reconcile of `render`'s cluster, and what it declares.
 
-    Read (never run): helmfiles and the scripts that run them, a tier-order script, k3s and Talos
-    configuration, and `.fluxwarden.yaml` `bootstrap:`. Every assumption becomes an entry (an info line).
+    Read (never run) from the whole repository (`RepoTree.bootstrap_view`): helmfiles and the scripts that run
+    them, a tier-order script, k3s and Talos configuration, and `.fluxwarden.yaml` `bootstrap:`. Every
+    assumption becomes an entry (an info line).
     """
     knowledge = knowledge or default_knowledge()
     if facts is None:
@@ -155,17 +156,19 @@ def discover_bootstrap(
     # Kinds no known chart or CRD in git provides: a bootstrap release named for their API group may.
     unclaimed = _unclaimed_kinds(facts, knowledge)
     others = [path for name, path in known_clusters(config, snapshot).items() if name != render.cluster and path != render.entry]
-    paths = [p for p in _walk(snapshot) if not _nearer_another_cluster(p, render.entry, others)]
+    # A bootstrap runs from the checkout, not from Flux's artifact: it reads what `.sourceignore` hides too.
+    tree = snapshot.bootstrap_view()
+    paths = [p for p in _walk(tree) if not _nearer_another_cluster(p, render.entry, others)]
     helmfile_paths = [p for p in paths if _is_helmfile(p)]
-    runs = _script_runs(snapshot, paths, helmfile_paths)
+    runs = _script_runs(tree, paths, helmfile_paths)
     for path in sorted({*helmfile_paths, *(r.helmfile for r in runs)}):
-        _read_helmfile(snapshot, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found, unclaimed)
-    _script_applies(snapshot, paths, knowledge, found)
-    _script_namespaces(snapshot, paths, found)
-    _distribution(snapshot, paths, in_git, knowledge, found)
-    _tier_order(snapshot, config, render, found)
-    _declared(snapshot, config, in_git, found)
-    _manifest_objects(snapshot, found)
+        _read_helmfile(tree, path, [r for r in runs if r.helmfile == path], in_git, knowledge, found, unclaimed)
+    _script_applies(tree, paths, knowledge, found)
+    _script_namespaces(tree, paths, found)
+    _distribution(tree, paths, in_git, knowledge, found)
+    _tier_order(tree, config, render, found)
+    _declared(tree, config, in_git, found)
+    _manifest_objects(tree, found)
     return Bootstrap(
         releases=frozenset(found.releases),
         crd_releases=frozenset(found.crd_releases - found.releases),
@@ -311,7 +314,14 @@ def _script_runs(snapshot: RepoTree, paths: list[str], helmfiles: list[str]) -> 
         text = snapshot.read_text(script) or ""
         if "helmfile" not in text:
             continue
+        assigned: dict[str, str] = {}
         for line in _logical_lines(text):
+            if (assignment := _ASSIGNMENT.match(line)) is not None:
+                name, value = assignment.group(1), next(v for v in assignment.group(2, 3, 4) if v is not None)
+                if "$(" in value or "`" in value:
+                    assigned.pop(name, None)  # a command's output: not known
+                else:
+                    assigned[name] = value
             if "helmfile" not in line or line.lstrip().startswith("#"):
                 continue
             head, _, tail = line.partition("|")
@@ -326,11 +336,32 @@ def _script_runs(snapshot: RepoTree, paths: list[str], helmfiles: list[str]) -> 
             if command == "template" and "kubectl" not in tail and "CustomResourceDefinition" not in tail:
                 continue  # rendered for reading, not applied
             target = _file_argument(match.group(1))
+            target = _expand(target, assigned) if target else target
             # Without `-f`, helmfile reads its working directory: taken as the script's.
             resolved = _resolve(snapshot, script, target, helmfiles) if target else _default_in(snapshot, posixpath.dirname(script), helmfiles)
             crds_only = command == "template" and "CustomResourceDefinition" in tail
             runs.extend(ScriptRun(script, path, crds_only) for path in resolved)
     return runs
+
+
+# `NAME=value`, `NAME="value"`, `NAME='value'` on a line of its own (bash's `local`, `readonly`, `declare`,
+# `export` before it, with their flags): how a script names the helmfile it then runs as `--file "${NAME}"`.
+_ASSIGNMENT = re.compile(
+    r"""^\s*(?:(?:local|readonly|declare|typeset|export)(?:\s+-[A-Za-z]+)*\s+)?([A-Za-z_][A-Za-z0-9_]*)="""
+    r"""(?:"([^"]*)"|'([^']*)'|([^\s"';&|]*))\s*(?:[;#].*)?$"""
+)
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand(target: str, assigned: Mapping[str, str]) -> str:
+    """`${NAME}`/`$NAME` replaced by a plain assignment made earlier in the script (a few passes, for one
+    naming another); any other variable is left for `_resolve` to read as "somewhere"."""
+    for _ in range(4):
+        expanded = _REFERENCE.sub(lambda m: assigned.get(m.group(1) or m.group(2), m.group(0)), target)
+        if expanded == target:
+            break
+        target = expanded
+    return target
 
 
 def _file_argument(args: str) -> str | None:

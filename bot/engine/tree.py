@@ -73,6 +73,10 @@ class RepoTree(Protocol):
     def real_path(self, rel: str) -> str | None:
         """The repo path `rel` lands on once symlinks are resolved (None: outside the repo)."""
 
+    def bootstrap_view(self) -> "RepoTree":
+        """The whole repository as its own bootstrap reads it: run from the checkout before Flux, it also sees
+        what `.sourceignore` and the default exclusions keep out of Flux's artifact (never what is unsafe)."""
+
 
 def normalise_repo_path(path: str) -> str | None:
     """Normalise a path written in the repo (`./apps`, `/apps/`) to `apps`; None when it climbs out."""

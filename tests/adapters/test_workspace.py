@@ -12,8 +12,8 @@ from bot.pipeline.check import check_session
 from bot.pipeline.session import Session
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.sourceignore import IgnoreRules
-from bot.adapters.workspace import DEFAULT_IGNORE, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
-from bot.engine.tree import normalise_repo_path
+from bot.adapters.workspace import DEFAULT_IGNORE, BootstrapView, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
+from bot.engine.tree import blob_id, normalise_repo_path
 from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
 FILES = {
@@ -450,3 +450,87 @@ def test_a_commit_drops_the_defaults_when_it_has_ignore_patterns(tmp_path: Path,
     assert snapshot is not None
     assert snapshot.is_file("app/icon.png") is png_kept
     assert not snapshot.is_file(".gitattributes")  # VCS files never ship
+
+
+# --- the bootstrap view: the whole repository, as a bootstrap run from the checkout reads it --------------------
+
+# ahgraber/homelab-gitops-k3s: `.sourceignore` hides bootstrap/ and every dotfile from Flux's artifact.
+HIDDEN_FILES = {
+    ".sourceignore": "bootstrap/\n.*\ndocs/*.md\n",
+    ".justfile": "bootstrap:\n    ./scripts/bootstrap/sync_hrs.sh\n",
+    ".taskfiles/bootstrap.yaml": "tasks: {}\n",
+    "bootstrap/helmfile.d/00-crds.yaml": "releases: [{name: a, namespace: a, chart: x/a}]\n",
+    "bootstrap/helmfile.d/01-apps.yaml": "releases: [{name: b, namespace: b, chart: x/b}]\n",
+    "bootstrap/huge.yaml": "x" * 2048,
+    "docs/intro.md": "hello\n",
+    "docs/kept.yaml": "kind: ConfigMap\n",
+    "scripts/bootstrap/sync_hrs.sh": "helmfile --file bootstrap/helmfile.d/01-apps.yaml sync\n",
+    "clusters/dev/kustomization.yaml": "resources: []\n",
+}
+
+
+def test_a_working_tree_view_reads_what_only_ignore_rules_hid(tmp_path: Path) -> None:
+    source = write_tree(tmp_path / "repo", HIDDEN_FILES)
+    (source / ".git").mkdir()
+    (source / ".git/config").write_text("[core]\n")
+    outside = write_tree(tmp_path / "outside", {"secret.yaml": "kind: Secret\n", "dir/x.yaml": "kind: Secret\n"})
+    os.symlink(outside / "secret.yaml", source / "bootstrap/helmfile.d/02-out.yaml")  # out, inside an ignored directory
+    os.symlink(outside / "dir", source / ".outside")  # out, with an ignored name
+    snapshot = build_snapshot(source, tmp_path / "out", max_file_bytes=1024)
+    assert snapshot.read_text("bootstrap/helmfile.d/01-apps.yaml") is None and snapshot.list_dir("") == (["clusters", "docs", "scripts"], [])
+    view = snapshot.bootstrap_view()
+    assert view is snapshot.bootstrap_view()  # one per snapshot: its read bounds hold for the whole discovery
+    assert view.read_text("bootstrap/helmfile.d/01-apps.yaml") == HIDDEN_FILES["bootstrap/helmfile.d/01-apps.yaml"]
+    assert view.read_text(".justfile") == HIDDEN_FILES[".justfile"]
+    assert view.list_dir("") == ([".taskfiles", "bootstrap", "clusters", "docs", "scripts"], [".justfile", ".sourceignore"])
+    assert view.list_dir("docs") == ([], ["intro.md", "kept.yaml"])  # an ignored file beside a kept one
+    assert view.list_dir("bootstrap/helmfile.d") == ([], ["00-crds.yaml", "01-apps.yaml"])  # the symlink out: not listed
+    assert view.read_bytes("bootstrap/helmfile.d/02-out.yaml") is None and not view.exists(".outside")
+    assert not view.exists(".git") and view.read_bytes(".git/config") is None
+    assert view.read_bytes("bootstrap/huge.yaml") is None  # over the size limit: refused as in the artifact
+    assert view.read_text("scripts/bootstrap/sync_hrs.sh") == HIDDEN_FILES["scripts/bootstrap/sync_hrs.sh"]  # the artifact's own
+    assert view.file_digest("bootstrap/helmfile.d/00-crds.yaml") == blob_id(HIDDEN_FILES["bootstrap/helmfile.d/00-crds.yaml"].encode())
+    assert [r.path for r in snapshot.refused] == [".outside"]  # refused for safety, whatever .sourceignore says
+    assert not (snapshot.root / "bootstrap").exists()  # never copied: read from the checkout when asked
+    # A directory swapped for a symlink out after the walk: nothing is read through it.
+    (source / "bootstrap/helmfile.d/00-crds.yaml").rename(tmp_path / "moved.yaml")
+    os.rename(source / "bootstrap", tmp_path / "gone")
+    write_tree(outside / "bootstrap", {"helmfile.d/00-crds.yaml": "kind: Secret\n"})
+    os.symlink(outside / "bootstrap", source / "bootstrap")
+    assert view.read_bytes("bootstrap/helmfile.d/00-crds.yaml") is None
+
+
+def test_a_view_reads_a_bounded_number_of_hidden_files(tmp_path: Path) -> None:
+    snapshot = build_snapshot(write_tree(tmp_path / "repo", HIDDEN_FILES), tmp_path / "out")
+    assert snapshot.hidden is not None
+    view = BootstrapView(snapshot, snapshot.hidden, max_reads=2)
+    assert view.read_bytes(".justfile") is not None and view.read_bytes(".taskfiles/bootstrap.yaml") is not None
+    assert view.read_bytes(".justfile") is not None  # read again: no new file
+    assert view.read_bytes("bootstrap/helmfile.d/00-crds.yaml") is None  # a third file: over the bound
+    assert view.read_bytes("docs/kept.yaml") is not None  # the artifact's own files are not counted
+
+
+def test_a_commit_view_reads_hidden_blobs_lazily(tmp_path: Path) -> None:
+    import git  # GitPython, as bot/adapters/git.py reads a commit
+
+    from bot.adapters.git import commit_snapshot
+
+    work = write_tree(tmp_path / "repo", HIDDEN_FILES)
+    repo = git.Repo.init(work)
+    repo.git.add(A=True)
+    repo.index.commit("seed")
+    with commit_snapshot(work, "HEAD", tmp_path / "snap") as (_, snapshot):
+        assert snapshot.tree is not None  # the lazy kind: no symlink in the commit
+        assert snapshot.read_text("bootstrap/helmfile.d/01-apps.yaml") is None and snapshot.is_file("docs/kept.yaml")
+        view = snapshot.bootstrap_view()
+        assert view.read_text("bootstrap/helmfile.d/01-apps.yaml") == HIDDEN_FILES["bootstrap/helmfile.d/01-apps.yaml"]
+        assert view.list_dir("") == ([".taskfiles", "bootstrap", "clusters", "docs", "scripts"], [".justfile", ".sourceignore"])
+        assert view.is_dir("bootstrap/helmfile.d") and view.is_file("docs/intro.md") and not view.is_file("docs/nothing.md")
+        assert view.file_digest(".justfile") == blob_id(HIDDEN_FILES[".justfile"].encode())
+        snapshot.materialize([""])
+        assert not (snapshot.root / "bootstrap").exists()  # a build never sees it
+    listing = list_commit(
+        [_blob(".sourceignore", "i" * 40, size=9), _tree("bootstrap"), _blob("bootstrap/big.yaml", "b" * 40, size=10**9), _blob("bootstrap/ok.yaml", "o" * 40)],
+        {"i" * 40: b"bootstrap\n"}.__getitem__,
+    )
+    assert listing is not None and set(listing.hidden) == {"bootstrap/ok.yaml"} and listing.hidden_dirs == {"bootstrap"}

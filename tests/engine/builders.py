@@ -116,6 +116,9 @@ class MemoryTree:
     def real_path(self, rel: str) -> str | None:
         return normalise_repo_path(rel)
 
+    def bootstrap_view(self) -> "MemoryTree":
+        return self  # nothing is ignored in memory
+
 
 def locate(tree: MemoryTree) -> Callable[[Manifest | ObjectStub], SourceLocation | None]:
     """The `file:line` of an object's document, found as bot/pipeline/build.py `Locator` finds it."""

@@ -744,3 +744,161 @@ def test_talos_extra_manifest_bundles_and_a_disabled_cni(tmp_path: Path) -> None
     assert ("kube-system", "cilium") in discover(k3s).releases
     kept = repo(tmp_path / "kept", {"infra/kustomization.yaml": kustomization("releases.yaml", "cilium.yaml"), "infra/cilium.yaml": dump(helmrelease("cilium", "kube-system", "cilium"))})
     assert ("kube-system", "cilium") not in discover(kept).releases  # nothing says the built-in CNI is off
+
+
+# -- a bootstrap the artifact hides (ahgraber/homelab-gitops-k3s) ---------------------------------
+
+# scripts/bootstrap/*.sh name the helmfile in a variable a few lines before they run it.
+AHGRABER_CRDS_SCRIPT = """
+    #!/usr/bin/env bash
+    ROOT_DIR="$(git rev-parse --show-toplevel)"
+    function apply_crds() {
+        local -r helmfile_file="${ROOT_DIR}/bootstrap/helmfile.d/00-crds.yaml"
+        if ! crds=$(helmfile --file "${helmfile_file}" template --quiet | yq eval-all --exit-status 'select(.kind == "CustomResourceDefinition")') || [[ -z "${crds}" ]]; then
+            log error "Failed to render CRDs from Helmfile" "file" "${helmfile_file}"
+        fi
+        echo "${crds}" | kubectl apply --server-side --filename - &>/dev/null
+    }
+    apply_crds
+"""
+AHGRABER_SYNC_SCRIPT = """
+    #!/usr/bin/env bash
+    function sync_helm_releases() {
+      local -r helmfile_file="${ROOT_DIR}/bootstrap/helmfile.d/01-apps.yaml"
+      if ! helmfile --file "${helmfile_file}" sync --hide-notes; then
+        log error "Failed to sync helm releases"
+      fi
+    }
+    sync_helm_releases
+"""
+AHGRABER_CRDS = """
+    helmDefaults:
+      args: [--include-crds, --no-hooks]
+    releases:
+      - name: kube-prometheus-stack
+        namespace: observability
+        chart: oci://ghcr.io/prometheus-community/charts/kube-prometheus-stack
+"""
+AHGRABER_APPS = """
+    releases:
+      - name: cert-manager
+        namespace: cert-manager
+        chart: oci://quay.io/jetstack/charts/cert-manager
+"""
+# An `apps` tier that uses cert-manager's and kube-prometheus-stack's kinds without waiting for `infra`,
+# which installs both charts (cert-manager's CRDs with `crds.enabled`): a bare cluster orders them too late.
+CERT_MANAGER_WITH_CRDS = helmrelease("cert-manager", "cert-manager", "cert-manager")
+CERT_MANAGER_WITH_CRDS["spec"]["values"] = {"crds": {"enabled": True}}
+AHGRABER_INFRA = dump(CERT_MANAGER_WITH_CRDS, helmrelease("kube-prometheus-stack", "observability", "kube-prometheus-stack"))
+UNORDERED_APPS = dump(
+    obj("cert-manager.io/v1", "ClusterIssuer", "letsencrypt", spec={}),
+    obj("monitoring.coreos.com/v1", "ServiceMonitor", "app", "default", spec={}),
+)
+
+
+def ahgraber_files(bootstrap: dict[str, str] | None = None) -> dict[str, str]:
+    files = {
+        ".sourceignore": "bootstrap/\n.*\n",
+        "scripts/bootstrap/apply_crds.sh": AHGRABER_CRDS_SCRIPT,
+        "scripts/bootstrap/sync_hrs.sh": AHGRABER_SYNC_SCRIPT,
+        **(bootstrap if bootstrap is not None else {
+            "bootstrap/helmfile.d/00-crds.yaml": AHGRABER_CRDS,
+            "bootstrap/helmfile.d/01-apps.yaml": AHGRABER_APPS,
+        }),
+    }
+    return flux_repo(
+        {"infra": ks("infra", "./infra"), "apps": ks("apps", "./apps")},
+        {
+            "infra/kustomization.yaml": kustomization("releases.yaml"),
+            "infra/releases.yaml": AHGRABER_INFRA,
+            "apps/kustomization.yaml": kustomization("objects.yaml"),
+            "apps/objects.yaml": UNORDERED_APPS,
+            **files,
+        },
+    )
+
+
+def unordered(report) -> dict[str, Severity]:  # noqa: ANN001
+    return {f.object.kind: f.severity for f in report.findings if f.check == "crd-not-ordered" and f.object is not None}
+
+
+def test_a_sourceignored_bootstrap_is_read_from_the_repository(tmp_path: Path) -> None:
+    """ahgraber/homelab-gitops-k3s: `.sourceignore` hides bootstrap/ from Flux's artifact, but the scripts run
+    its helmfiles from the checkout before Flux: the CRD-only and the synced releases are credited."""
+    root = write_tree(tmp_path / "repo", ahgraber_files())
+    found = discover(root)
+    assert found.crd_releases == {("observability", "kube-prometheus-stack")}
+    assert ("cert-manager", "cert-manager") in found.releases
+    sources = {e.source: e.description for e in found.entries}
+    assert "run by scripts/bootstrap/apply_crds.sh" in sources["bootstrap/helmfile.d/00-crds.yaml"]
+    assert "run by scripts/bootstrap/sync_hrs.sh" in sources["bootstrap/helmfile.d/01-apps.yaml"]
+    report = check_repository(root, "dev")
+    assert unordered(report) == {"ClusterIssuer": Severity.INFO, "ServiceMonitor": Severity.INFO}
+    bare = check_repository(root, "dev", CheckOptions(bootstrap=False))
+    assert unordered(bare) == {"ClusterIssuer": Severity.WARNING, "ServiceMonitor": Severity.WARNING}
+    # Flux's render still honours .sourceignore: nothing of bootstrap/ is an input of a tier.
+    with render_repository(root, "dev") as built:
+        assert not any(i.startswith("bootstrap/") for t in built.render.tiers.values() for i in t.inputs)
+        assert built.render.snapshot.read_text("bootstrap/helmfile.d/01-apps.yaml") is None
+
+
+def test_a_bootstrap_outside_the_repository_is_never_read(tmp_path: Path) -> None:
+    """The same bootstrap/ reached through a symlink out of the repository: refused, nothing credited."""
+    outside = write_tree(tmp_path / "outside", {"helmfile.d/00-crds.yaml": AHGRABER_CRDS, "helmfile.d/01-apps.yaml": AHGRABER_APPS})
+    root = write_tree(tmp_path / "repo", ahgraber_files({}))
+    (root / "bootstrap").symlink_to(outside, target_is_directory=True)
+    found = discover(root)
+    assert not found.crd_releases and ("cert-manager", "cert-manager") not in found.releases
+    assert not any(e.source.startswith("bootstrap/") for e in found.entries)
+    report = check_repository(root, "dev")
+    assert unordered(report) == {"ClusterIssuer": Severity.WARNING, "ServiceMonitor": Severity.WARNING}
+
+
+@pytest.mark.parametrize(
+    "assignment, resolved",
+    [
+        ('helmfile_file="bootstrap/apps.yaml"', True),
+        ("readonly helmfile_file='bootstrap/apps.yaml'", True),
+        ("export HELMFILE=bootstrap/apps.yaml\nhelmfile_file=$HELMFILE", True),
+        ('helmfile_file="$(find bootstrap -name apps.yaml)"', False),  # a command's output: not read
+        ('helmfile_file="bootstrap/apps.yaml"\nhelmfile_file="$(pick)"', False),  # reassigned: the last one counts
+        ("", False),
+    ],
+)
+def test_helmfile_named_by_a_shell_variable(tmp_path: Path, assignment: str, resolved: bool) -> None:
+    script = f"#!/usr/bin/env bash\n{assignment}\nhelmfile --file \"${{helmfile_file}}\" sync\n"
+    # A helmfile under another name than helmfile*.yaml, outside a helmfile.d: only the script can name it.
+    found = discover(repo(tmp_path, {"bootstrap/apps.yaml": AHGRABER_APPS, "run.sh": script}))
+    assert (("cert-manager", "cert-manager") in found.releases) is resolved
+
+
+def test_editing_a_sourceignored_helmfile_changes_a_cached_commit_verdict(tmp_path: Path) -> None:
+    """The findings of a commit are cached by its tree id, which covers the files `.sourceignore` hides:
+    a change to the hidden bootstrap is a new verdict, and the old commit still gets its own."""
+    import git  # GitPython: the commits a review reads
+
+    from bot.pipeline.check import check_session
+    from bot.pipeline.session import open_run
+
+    root = write_tree(tmp_path / "repo", ahgraber_files())
+    repo = git.Repo.init(root)
+    repo.git.add(A=True)
+    first = repo.index.commit("bootstrap syncs cert-manager").hexsha
+    (root / "bootstrap/helmfile.d/01-apps.yaml").write_text("releases: []\n")
+    repo.git.add(A=True)
+    second = repo.index.commit("bootstrap syncs nothing").hexsha
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+
+    def verdict(rev: str) -> dict[str, Severity]:
+        with open_run(options) as run:
+            _, snapshot = run.commit(root, rev, name="side")
+            assert snapshot.tree is not None  # the lazy kind, whose findings are cached
+            return unordered(check_session(run.session(snapshot), "dev"))
+
+    assert verdict(first) == {"ClusterIssuer": Severity.INFO, "ServiceMonitor": Severity.INFO}
+    cached = sorted((tmp_path / "cache").rglob("*"))
+    assert verdict(second) == {"ClusterIssuer": Severity.WARNING, "ServiceMonitor": Severity.INFO}  # only the CRD-only file still runs
+    entries = sorted((tmp_path / "cache").rglob("*"))
+    assert entries != cached  # the second commit's own findings (and listing) were remembered
+    assert verdict(first) == {"ClusterIssuer": Severity.INFO, "ServiceMonitor": Severity.INFO}  # its own verdict, not the newer one
+    assert sorted((tmp_path / "cache").rglob("*")) == entries  # served from the cache: nothing new was worked out
