@@ -849,6 +849,23 @@ def test_invalid_name(objects, expected):
         assert "\n" not in f.message and "the API server refuses the object" in f.message
 
 
+@pytest.mark.parametrize("in_git, expected", [
+    pytest.param(False, [], id="cluster-only-secret-not-judged"),
+    pytest.param(True, [("Certificate", "name")], id="defined-empty-in-git-is-judged"),
+])
+def test_a_name_built_from_a_variable_the_cluster_may_define(in_git, expected):
+    """ahgraber/homelab-gitops-k3s: `${SECRET_DOMAIN/./-}-production` from a Secret the bootstrap makes from
+    1Password (not in git). Here it reads "-production", not the name Flux applies: no invalid-name. With the
+    Secret in git and no SECRET_DOMAIN in it, Flux too substitutes "" and the API server refuses the name."""
+    post_build = {"postBuild": {"substituteFrom": [{"kind": "Secret", "name": "cluster-secrets"}]}}
+    cert = obj("cert-manager.io/v1", "Certificate", "${SECRET_DOMAIN/./-}-production", "network", spec={"secretName": "tls"})
+    secret = [obj("v1", "Secret", "cluster-secrets", "flux-system", stringData={"OTHER": "x"})] if in_git else []
+    files = repo({"secrets": ks("secrets", "./secrets"), "apps": ks("apps", "./apps", **post_build)}, {"secrets": secret or [cm()], "apps": [cert]})
+    report = run(files)
+    got = [f for f in report.findings if f.check == "invalid-name"]
+    assert [(f.object.kind, f.message.split(" ", 2)[1]) for f in got] == expected, [f.message for f in report.findings]
+
+
 def test_a_kustomization_with_a_hostile_name_is_an_invalid_name():
     report = run(repo({"apps": ks("apps", "./apps"), "evil": ks(HOSTILE, "./evil")}, {"apps": [cm()], "evil": [cm()]}))
     [finding] = [f for f in report.findings if f.check == "invalid-name"]

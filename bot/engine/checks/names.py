@@ -55,11 +55,16 @@ def problem(value: str, rule: tuple[re.Pattern[str], int | None, str]) -> str | 
 @check("invalid-name")
 def invalid_name(ctx: CheckContext) -> Iterator[Finding]:
     namespaces: dict[str, str | None] = {"": None}  # a repository has few namespaces and thousands of objects in them
-    for tier_id in ctx.render.tiers:
+    for tier_id, tier in ctx.render.tiers.items():
+        # A variable the tier's substituteFrom may define on the cluster (a source not in git) read as "" here:
+        # a name built from it (`${SECRET_DOMAIN/./-}-production`) is not the name Flux applies, so not judged.
+        unknown = {m.ref for ms in tier.undefined.values() for m in ms} if tier.variables_open else set()
         for gk, objects in sorted(ctx.facts[tier_id].kinds.items()):
             rule = name_rule(gk)
             for stub in objects:
                 ref = stub.ref
+                if ref in unknown:
+                    continue
                 if ref.namespace not in namespaces:
                     namespaces[ref.namespace] = problem(ref.namespace, DNS1123_LABEL)
                 for field, value, broken in (("name", ref.name, problem(ref.name, rule)), ("namespace", ref.namespace, namespaces[ref.namespace])):
