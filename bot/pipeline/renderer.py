@@ -384,7 +384,7 @@ class _ClusterPass:
             artifact = self.artifacts.get((spec.source.namespace, spec.source.name))
             if artifact is None:
                 return False
-            placement = place(artifact, spec.path)
+            placement = place(artifact, spec.path, spec.components)
             if isinstance(placement, str):
                 self._not_rendered(spec, f"{spec.id} applies {spec.source}: {placement}; its content is not rendered")
                 return True
@@ -490,7 +490,7 @@ class _ClusterPass:
         new_artifacts = False
         for manifest in rendered.discovery_objects():
             if is_artifact_generator(manifest):
-                for key, artifact in generated_artifacts(manifest, renderer.config.is_this_repo, renderer.snapshot).items():
+                for key, artifact in generated_artifacts(manifest, renderer.config.source_root, renderer.snapshot).items():
                     new_artifacts |= self.artifacts.setdefault(key, artifact) is artifact
         for spec in renderer.child_specs(rendered, self.entry, self.findings):
             if spec.id in self.scheduled:
