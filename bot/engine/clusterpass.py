@@ -163,7 +163,7 @@ class ClusterPass:
             artifact = self.artifacts.get((spec.source.namespace, spec.source.name))
             if artifact is None:
                 return False
-            placement = place(artifact, spec.path)
+            placement = place(artifact, spec.path, spec.components)
             if isinstance(placement, str):
                 self._not_rendered(spec, f"{spec.id} applies {spec.source}: {placement}; its content is not rendered")
                 return True
@@ -262,7 +262,7 @@ class ClusterPass:
         new_artifacts = False
         for manifest in rendered.discovery_objects():
             if is_artifact_generator(manifest):
-                for key, artifact in generated_artifacts(manifest, self.config.is_this_repo, self.tree).items():
+                for key, artifact in generated_artifacts(manifest, self.config.source_root, self.tree).items():
                     new_artifacts |= self.artifacts.setdefault(key, artifact) is artifact
         for spec in self.children(rendered, self.entry, self.findings):
             if spec.id in self.scheduled:

@@ -109,6 +109,10 @@ class RepoConfig:
         subdir = next((sub for ref, sub in self.source_paths if ref == source), "")
         return posixpath.join(subdir, path) if subdir and path else subdir or path
 
+    def source_root(self, source: SourceRef) -> str | None:
+        """The repository directory at the root of a source's artifact; None when it is not this repository."""
+        return self.repo_path(source, "") if self.is_this_repo(source) else None
+
     def digest(self) -> str:
         """A hash of every setting: cached results of a commit are keyed by it, since the
         configuration need not come from that commit (`--config`, the working tree's in a review)."""

@@ -1055,6 +1055,52 @@ def test_a_flux_instance_syncing_an_oci_artifact_of_a_subdirectory(tmp_path: Pat
     assert [f for f in report.findings if f.severity is not Severity.INFO] == [], [f.message for f in report.findings]
 
 
+def test_an_artifact_generator_splitting_an_oci_artifact_of_a_subdirectory(tmp_path: Path) -> None:
+    """xunholy/k8s-gitops: the cluster syncs the OCI artifact of ./kubernetes; an ArtifactGenerator on it (`@repo`)
+    copies `@repo/apps/<x>/app/`, which source-watcher puts at `<to>/app`; Kustomizations apply the ExternalArtifact
+    at `./` and at the copy's parent `./apps/<x>/app`, where kustomize-controller generates a kustomization listing
+    the copied directory (before: "copies nothing", 67 of 72 tiers not rendered)."""
+    instance = {
+        "apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "flux", "namespace": "flux-system"},
+        "spec": {"distribution": {"version": "2.x"}, "sync": {"kind": "OCIRepository", "url": "oci://ghcr.io/acme/k8s", "ref": "latest", "path": "./clusters/cluster-00"}},
+    }
+    generator = obj(
+        "source.extensions.fluxcd.io/v1beta1", "ArtifactGenerator", "k8s-gitops", "flux-system",
+        spec={
+            "sources": [{"alias": "repo", "kind": "OCIRepository", "name": "flux-system"}],
+            "artifacts": [
+                {"name": "web", "copy": [{"from": "@repo/apps/base/web/app/", "to": "@artifact/"}]},
+                {"name": "db", "copy": [{"from": "@repo/apps/base/db/app/", "to": "@artifact/apps/base/db/app/"}]},
+            ],
+        },
+    )
+    external = {"source": "web", "source_kind": "ExternalArtifact"}
+    files = {
+        "kubernetes/clusters/cluster-00/kustomization.yaml": kustomization("flux-instance.yaml", "cluster.yaml"),
+        "kubernetes/clusters/cluster-00/flux-instance.yaml": dump(instance),
+        "kubernetes/clusters/cluster-00/cluster.yaml": dump(ks("cluster", "./apps/overlays/cluster-00", source="flux-system", source_kind="OCIRepository")),
+        "kubernetes/apps/overlays/cluster-00/kustomization.yaml": kustomization("generator.yaml", "apps.yaml"),
+        "kubernetes/apps/overlays/cluster-00/generator.yaml": dump(generator),
+        "kubernetes/apps/overlays/cluster-00/apps.yaml": dump(
+            ks("web", "./", target_namespace="web", **external),
+            ks("db", "./apps/base/db/app", source="db", source_kind="ExternalArtifact"),
+        ),
+        "kubernetes/apps/base/web/app/kustomization.yaml": kustomization("cm.yaml"),
+        "kubernetes/apps/base/web/app/cm.yaml": dump(cm("web")),
+        "kubernetes/apps/base/db/app/kustomization.yaml": kustomization("cm.yaml"),
+        "kubernetes/apps/base/db/app/cm.yaml": dump(cm("db", "db")),
+        "apps/base/db/app/kustomization.yaml": kustomization("other.yaml"),  # the repository root's namesake is not read
+        "apps/base/db/app/other.yaml": dump(cm("wrong", "db"), cm("wrong-too", "db")),
+    }
+    root = write_tree(tmp_path / "repo", files)
+    [entry] = repository_clusters(root)
+    report = check_repository(root, entry.name)
+    tiers = {t.id.name: t for t in report.tiers}
+    assert (tiers["web"].path, tiers["web"].objects) == ("kubernetes/apps/base/web/app", 1)
+    assert (tiers["db"].path, tiers["db"].objects) == ("kubernetes/apps/base/db/app", 1)
+    assert [f for f in report.findings if f.check == "not-rendered" or f.severity is not Severity.INFO] == [], [f.message for f in report.findings]
+
+
 def test_cluster_injected_substitution(tmp_path: Path, binary: KustomizeBinary) -> None:
     """The Flux Operator substitutes cluster-config into every Kustomization (no postBuild in git): declared per
     cluster, each tier is judged as if it had it, so its tokens are no literal-token errors."""
