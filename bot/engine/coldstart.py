@@ -347,6 +347,8 @@ class Simulation:
             return "declared"
         if b.credited(gk.group, gk.kind) is not None:
             return "crd-release"
+        if self._bundled(gk):
+            return "crd-release"
         for p in self.resolve(gk):
             if p.kind == ProviderKind.CHART and p.via is not None:
                 key = (p.via.namespace, p.via.name)
@@ -357,6 +359,16 @@ class Simulation:
             if p.kind == ProviderKind.CRD and p.tier is not None and self._in_manifests(p.tier):
                 return "manifests"
         return None
+
+    def _bundled(self, gk: GroupKind) -> bool:
+        """Whether a CRD-only chart the bootstrap installs (or a bundle standing for one: prometheus-operator's
+        `stripped-down-crds.yaml` as prometheus-operator-crds) serves `gk`'s group, whoever else in git would
+        install it later (kube-prometheus-stack's crds subchart): its CRDs exist before Flux."""
+        for chart in self.bootstrap.crd_charts:
+            rule = self.providers.knowledge.chart_rule(chart)
+            if rule is not None and not rule.at_runtime and rule.provides(gk):
+                return True
+        return False
 
     def ordered_by_bootstrap(self, tier: TierId, provider: TierId) -> bool:
         """Whether only the bootstrap's tier order (not dependsOn) holds `tier` until `provider` is Ready."""

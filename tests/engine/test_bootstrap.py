@@ -746,6 +746,29 @@ def test_talos_extra_manifest_bundles_and_a_disabled_cni(tmp_path: Path) -> None
     assert ("kube-system", "cilium") not in discover(kept).releases  # nothing says the built-in CNI is off
 
 
+def test_a_talos_prometheus_operator_bundle_serves_kube_prometheus_stack_kinds(tmp_path: Path) -> None:
+    """xunholy/k8s-gitops: Talos extraManifests install prometheus-operator's stripped-down-crds.yaml, and
+    kube-prometheus-stack (whose crds subchart would install them too) is a HelmRelease in another tier. A
+    PrometheusRule in a tier that does not depend on it is served from the start: info, not crd-not-ordered."""
+    bundle = "https://github.com/prometheus-operator/prometheus-operator/releases/download/v0.91.0/stripped-down-crds.yaml"
+    rule = obj("monitoring.coreos.com/v1", "PrometheusRule", "rules", "default", spec={"groups": []})
+    files = flux_repo(
+        {"infra": ks("infra", "./infra", wait=True), "apps": ks("apps", "./apps")},
+        {
+            "infra/kustomization.yaml": kustomization("kps.yaml"),
+            "infra/kps.yaml": dump(helmrelease("kube-prometheus-stack", "observability", "kube-prometheus-stack")),
+            "apps/kustomization.yaml": kustomization("rules.yaml"),
+            "apps/rules.yaml": dump(rule),
+        },
+    )
+    bare = check_repository(write_tree(tmp_path / "bare", files), "dev")
+    assert any(f.check == "crd-not-ordered" and f.severity is not Severity.INFO for f in bare.findings), [f.message for f in bare.findings]
+    talos = {"talos/patches/controlplane.yaml": dump({"cluster": {"extraManifests": [bundle]}})}
+    report = check_repository(write_tree(tmp_path / "talos", {**files, **talos}), "dev")
+    ordering = [f for f in report.findings if f.check in ("crd-not-ordered", "unknown-kind") and "PrometheusRule" in f.message]
+    assert ordering and all(f.severity is Severity.INFO and "bootstrap" in f.message for f in ordering), [(f.severity, f.message) for f in ordering]
+
+
 # -- a bootstrap the artifact hides (ahgraber/homelab-gitops-k3s) ---------------------------------
 
 # scripts/bootstrap/*.sh name the helmfile in a variable a few lines before they run it.
