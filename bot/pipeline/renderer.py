@@ -29,6 +29,7 @@ from bot.engine.clusterobjects import MAX_LIVE_SOURCES, ClusterObject, ConfigFet
 from bot.engine.finish import finish_key, finish_tier, missing_sources, sources_present, tier_variables, with_injected
 from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
 from bot.engine.flux import entry_tier
+from bot.engine.remote import RemoteBasesRefused, no_remote_bases, remote_finding
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
 from bot.engine.rendered import (
     ClusterRender, RawDocument, RawTier, RenderedTier, SourceIndex, build_key, is_discovery_object, redefined, render_failed, same_tier,
@@ -259,9 +260,10 @@ class Renderer:
         # (From the snapshot and its configuration: the render key above covers it.)
         flux = cluster_flux_version(self.snapshot, entry, config.flux_versions.get(cluster))
         strict = strict_substitution(setting, flux)
+        refused = no_remote_bases(self.snapshot, entry)
         for attempt in range(3):  # the spec found in git renders the same again, or once more (it may substitute itself)
             run = _ClusterPass(
-                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict, flux,
+                self, entry, entry_spec, graph_only, on_finished, self.config.cluster_substitutes.get(cluster, ()), declared, strict, flux, refused,
             ).run(last=attempt == 2)
             if run.better_entry is None:
                 break
@@ -297,8 +299,10 @@ class _ClusterPass:
         declared: dict[ConfigKey, ClusterObject] | None = None,
         strict: bool = False,
         flux: FluxVersion | None = None,
+        refused: RemoteBasesRefused | None = None,
     ) -> None:
         self.renderer, self.entry, self.entry_spec = renderer, entry, entry_spec
+        self.refused = refused  # the cluster's kustomize-controller refuses remote bases (None: it fetches them, the default)
         self.strict = strict  # strict substitution: `.fluxwarden.yaml`, else the cluster's Flux version
         self.flux = flux  # the cluster's Flux release (None: unknown), where its builds differ by version
         # The ConfigMaps/Secrets only the cluster has: declared (`clusters.<name>.cluster_objects`), then what the
@@ -410,6 +414,11 @@ class _ClusterPass:
             if raw.empty is not None and not raw.failed and (why := empty_kustomization_fails(raw.empty.file, raw.empty.generated, self.flux)):
                 location = raw.spec.origin if raw.empty.generated else SourceLocation(raw.empty.file)
                 raw = RawTier(raw.spec, inputs=raw.inputs, failed=True, findings=(render_failed(raw.spec.id, why, location),))
+            if raw.remote and not raw.failed:
+                remote = remote_finding(raw.spec, raw.remote, self.refused)
+                if remote.severity is Severity.ERROR:
+                    raw = RawTier(raw.spec, inputs=raw.inputs, failed=True)
+                raw = replace(raw, findings=(*raw.findings, remote))
             if raw.spec.id in self.placed and not raw.failed:
                 raw, why = within_artifact(raw, *self.placed[raw.spec.id])
                 if why is not None:
