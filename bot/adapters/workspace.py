@@ -19,7 +19,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequenc
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.sourceignore import IgnoreRules
 from bot.engine.errors import ConfigError
-from bot.engine.generate import BuildLayout, KustomizationIndex, RemotePlan, build_layout
+from bot.engine.generate import NO_REMOTE, BuildLayout, KustomizationIndex, RemotePlan, build_layout
 from bot.engine.model import TierSpec
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
 from bot.engine.yamlio import MAX_FILE_BYTES
@@ -540,7 +540,7 @@ def write_build_root(
     components: Sequence[str],
     reached: Iterable[str],
     workdir: Path,
-    plan: RemotePlan = RemotePlan(),
+    plan: RemotePlan = NO_REMOTE,
     index: KustomizationIndex | None = None,
 ) -> tuple[Path, BuildLayout]:
     """Lay out `build_layout`'s mirror under `workdir/repo`; returns the directory to build and the layout."""

@@ -92,6 +92,9 @@ class RemotePlan:
     problems: tuple[PathProblem, ...] = ()
 
 
+NO_REMOTE = RemotePlan()  # a build whose kustomization files name nothing remote
+
+
 @dataclass
 class KustomizationInfo:
     """What one directory's kustomization file references."""
@@ -504,7 +507,7 @@ def build_layout(
     root: str,
     components: Sequence[str],
     reached: Iterable[str],
-    plan: RemotePlan = RemotePlan(),
+    plan: RemotePlan = NO_REMOTE,
     index: "KustomizationIndex | None" = None,
 ) -> BuildLayout:
     """The mirror a tier builds in: `root` is the path without symlinks; `components` are the spec's, as

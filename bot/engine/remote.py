@@ -76,9 +76,9 @@ def _multitenant(text: str, rel: str) -> bool:
         return False
     for doc in documents:
         if isinstance(doc, Mapping) and doc.get("kind") == "FluxInstance":
-            spec = doc.get("spec") if isinstance(doc.get("spec"), Mapping) else {}
-            cluster = spec.get("cluster") if isinstance(spec.get("cluster"), Mapping) else {}
-            if cluster.get("multitenant") is True:
+            spec = doc.get("spec")
+            cluster = spec.get("cluster") if isinstance(spec, Mapping) else None
+            if isinstance(cluster, Mapping) and cluster.get("multitenant") is True:
                 return True
     return False
 
