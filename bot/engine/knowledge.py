@@ -625,7 +625,7 @@ def bundle_crds(url: str, knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]
     `bundle.yaml`/`stripped-down-crds.yaml` (the monitoring.coreos.com CRDs, as the
     prometheus-operator-crds chart); cert-manager's release asset `cert-manager.crds.yaml` (the CRDs the
     cert-manager chart installs: https://cert-manager.io/docs/installation/helm/#option-1-installing-crds-with-kubectl);
-    the git remote base kubernetes-csi/external-snapshotter `//client/config/crd`; a single CRD file named
+    the git remote bases kubernetes-csi/external-snapshotter `//client/config/crd` and kyverno/kyverno `//config/crds`; a single CRD file named
     `<plural>.<group>.yaml` whose kind the knowledge base knows (external-dns `dnsendpoints.externaldns.k8s.io.yaml`).
     """
     bare = url.split("?", 1)[0].rstrip("/")
@@ -638,6 +638,9 @@ def bundle_crds(url: str, knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]
         return set(), {rule.chart} if rule else set()
     if "cert-manager/cert-manager" in url and name == "cert-manager.crds.yaml":
         rule = knowledge.chart_rule("cert-manager")
+        return set(), {rule.chart} if rule else set()
+    if "kyverno/kyverno" in url and bare.endswith("//config/crds"):  # the CRDs the kyverno chart ships
+        rule = knowledge.chart_rule("kyverno")
         return set(), {rule.chart} if rule else set()
     if "kubernetes-csi/external-snapshotter" in url and bare.endswith("client/config/crd"):
         return {("snapshot.storage.k8s.io", k) for k in _SNAPSHOT_KINDS}, set()

@@ -490,6 +490,8 @@ def test_bundle_credit_of_known_urls() -> None:
     assert not cert_manager(GroupKind("trust.cert-manager.io", "Bundle"))
     snapshots = bundle_crds("github.com/kubernetes-csi/external-snapshotter//client/config/crd?ref=v6.0.1", kb)
     assert snapshots == ({("snapshot.storage.k8s.io", k) for k in ("VolumeSnapshot", "VolumeSnapshotClass", "VolumeSnapshotContent")}, set())
+    kyverno = bundle_provides("github.com/kyverno/kyverno//config/crds?ref=kyverno-chart-v2.5.2", kb)
+    assert kyverno is not None and kyverno(GroupKind("kyverno.io", "ClusterPolicy"))
     gateway = bundle_provides("https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.2.0/standard-install.yaml", kb)
     assert gateway is not None and gateway(GroupKind("gateway.networking.k8s.io", "HTTPRoute"))
 
