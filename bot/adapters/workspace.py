@@ -19,7 +19,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequenc
 from bot.engine.config import RepoConfig, load_repo_config
 from bot.adapters.sourceignore import IgnoreRules
 from bot.engine.errors import ConfigError
-from bot.engine.generate import BuildLayout, build_layout
+from bot.engine.generate import NO_REMOTE, BuildLayout, KustomizationIndex, RemotePlan, build_layout
 from bot.engine.model import TierSpec
 from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, RepoTree, blob_id, normalise_repo_path
 from bot.engine.yamlio import MAX_FILE_BYTES
@@ -743,14 +743,25 @@ def read_config_file(path: Path) -> RepoConfig:
 
 
 def write_build_root(
-    snapshot: Snapshot, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str], workdir: Path
+    snapshot: Snapshot,
+    tier: TierSpec,
+    root: str,
+    components: Sequence[str],
+    reached: Iterable[str],
+    workdir: Path,
+    plan: RemotePlan = NO_REMOTE,
+    index: KustomizationIndex | None = None,
 ) -> tuple[Path, BuildLayout]:
     """Lay out `build_layout`'s mirror under `workdir/repo`; returns the directory to build and the layout."""
-    layout = build_layout(snapshot, tier, root, components, reached)
+    layout = build_layout(snapshot, tier, root, components, reached, plan, index)
     mirror = workdir / "repo"
     build_dir = mirror / layout.root if layout.root else mirror
     build_dir.mkdir(parents=True, exist_ok=True)
+    for directory in plan.directories:
+        (mirror / directory).mkdir(parents=True, exist_ok=True)
     for path in layout.links:
         os.symlink(snapshot.path(path), mirror / path)
     (mirror / layout.file).write_text(layout.body, encoding="utf-8")
+    for path, body in layout.rewritten:
+        (mirror / path).write_text(body, encoding="utf-8")
     return build_dir, layout

@@ -16,7 +16,7 @@ from typing import Any
 from bot.engine.config import RepoConfig, known_clusters
 from bot.engine.errors import InputError, TierOrderError
 from bot.engine.facts import TierFacts, facts_of_render
-from bot.engine.knowledge import KnowledgeBase, default_knowledge, normalise_chart_name
+from bot.engine.knowledge import KnowledgeBase, bundle_crds, default_knowledge, normalise_chart_name
 from bot.engine.model import Finding, Severity, SourceLocation, TierId, plural as _plural
 from bot.engine.rendered import ClusterRender
 from bot.engine.tree import CONFIG_FILE, RepoTree, normalise_repo_path
@@ -759,7 +759,7 @@ def _talos(path: str, text: str, in_git: frozenset[tuple[str, str]], knowledge: 
     known: list[str] = []
     unknown: list[str] = []
     for url in dict.fromkeys(remote):
-        bundle, charts = _bundle_crds(url, knowledge)
+        bundle, charts = bundle_crds(url, knowledge)
         found.crds.update(bundle)
         found.crd_charts.update(charts)
         (known if bundle or charts else unknown).append(url.rstrip("/").rsplit("/", 1)[-1])
@@ -866,37 +866,8 @@ def _declared(snapshot: RepoTree, config: RepoConfig, in_git: frozenset[tuple[st
 
 # -- manifests a script applies -------------------------------------------------------------------
 
-# Well-known CRD bundles applied by URL (`kubectl apply -f https://…`): what they define, read from the
-# projects' release assets. Anything else applied from a URL is named in an info line, not assumed.
-_GATEWAY_API = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant", "BackendTLSPolicy")
-_GATEWAY_API_EXPERIMENTAL = ("TCPRoute", "TLSRoute", "UDPRoute")
+# Anything else applied from a URL is named in an info line, not assumed (knowledge.bundle_crds).
 _URL = re.compile(r"https?://[^\s\"')]+")
-
-
-def _bundle_crds(url: str, knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]], set[str]]:
-    """(CRDs, chart names) a well-known CRD bundle URL installs; both empty when it is not one we know.
-
-    kubernetes-sigs/gateway-api `standard-install.yaml`/`experimental-install.yaml`
-    (https://gateway-api.sigs.k8s.io/guides/#installing-gateway-api); prometheus-operator's
-    `bundle.yaml`/`stripped-down-crds.yaml` (the monitoring.coreos.com CRDs, as the
-    prometheus-operator-crds chart); a single CRD file named `<plural>.<group>.yaml` whose kind the
-    knowledge base knows (external-dns `dnsendpoints.externaldns.k8s.io.yaml`).
-    """
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    if "gateway-api" in url and name.endswith("-install.yaml"):
-        kinds = _GATEWAY_API + (_GATEWAY_API_EXPERIMENTAL if name.startswith("experimental") else ())
-        return {("gateway.networking.k8s.io", k) for k in kinds}, set()
-    if "prometheus-operator" in url and name in ("bundle.yaml", "stripped-down-crds.yaml"):
-        rule = knowledge.chart_rule("prometheus-operator-crds")
-        return set(), {rule.chart} if rule else set()
-    match = re.fullmatch(r"([a-z0-9]+)\.([a-z0-9.-]+\.[a-z]+)\.ya?ml", name)
-    if match:
-        plural, group = match.groups()
-        for rule in knowledge.charts.values():
-            for gk in rule.kinds:
-                if gk.group == group and gk.kind.lower() + "s" == plural:
-                    return {(gk.group, gk.kind)}, set()
-    return set(), set()
 
 
 def _script_applies(snapshot: RepoTree, paths: list[str], knowledge: KnowledgeBase, found: _Found) -> None:
@@ -936,7 +907,7 @@ def _script_applies(snapshot: RepoTree, paths: list[str], knowledge: KnowledgeBa
         for url in dict.fromkeys(_URL.findall(text)):
             if not url.endswith((".yaml", ".yml")):
                 continue
-            crds, charts = _bundle_crds(url, knowledge)
+            crds, charts = bundle_crds(url, knowledge)
             found.crds.update(crds)
             found.crd_charts.update(charts)
             (known if crds or charts else unknown).append(url.rsplit("/", 1)[-1])

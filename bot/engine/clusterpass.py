@@ -15,6 +15,7 @@ from bot.engine.discovery import Locate, PatchSync, RenderLimits, bootstrap_spec
 from bot.engine.finish import FinishStore, finish_built, missing_sources, sources_present, with_injected
 from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
 from bot.engine.model import Finding, Manifest, Severity, SourceLocation, SubstituteFrom, TierId, TierSpec
+from bot.engine.remote import RemoteBasesRefused, no_remote_bases, remote_finding
 from bot.engine.rendered import RawDocument, RawTier, RenderedTier, is_discovery_object, redefined, render_failed, same_tier
 from bot.engine.resourceset import expand as expand_resourcesets, is_input_provider, is_resourceset
 from bot.engine.tree import RepoTree
@@ -41,6 +42,7 @@ class ClusterSettings:
     declared: Mapping[ConfigKey, ClusterObject] | None = None  # `clusters.<name>.cluster_objects`: what only the cluster has
     strict: bool = False  # strict substitution: `.fluxwarden.yaml`, else the cluster's Flux version
     flux: FluxVersion | None = None  # the cluster's Flux release (None: unknown), where its builds differ by version
+    refused: RemoteBasesRefused | None = None  # its kustomize-controller refuses remote bases (None: it fetches them, the default)
 
 
 def cluster_settings(tree: RepoTree, config: RepoConfig, cluster: str, entry: str) -> ClusterSettings:
@@ -49,7 +51,7 @@ def cluster_settings(tree: RepoTree, config: RepoConfig, cluster: str, entry: st
     flux = cluster_flux_version(tree, entry, config.flux_versions.get(cluster))
     return ClusterSettings(
         config.cluster_substitutes.get(cluster, ()), declared_objects(tree, config.cluster_objects.get(cluster, ())),
-        strict_substitution(setting, flux), flux,
+        strict_substitution(setting, flux), flux, no_remote_bases(tree, entry),
     )
 
 
@@ -102,6 +104,7 @@ class ClusterPass:
         self.output_bytes = output_bytes  # kustomize output so far (for RenderLimits)
         self.interrupt = interrupt  # raises when the process is shutting down: no more tiers are finished or scheduled
         self.strict, self.flux, self.injected = settings.strict, settings.flux, settings.injected
+        self.refused = settings.refused  # the cluster's kustomize-controller refuses remote bases
         # The ConfigMaps/Secrets only the cluster has: declared, then what the live cluster answered (found or
         # absent) over them; a failed read leaves a declared one in place.
         self.external: dict[ConfigKey, ClusterObject] = dict(settings.declared or {})
@@ -183,6 +186,11 @@ class ClusterPass:
             if raw.empty is not None and not raw.failed and (why := empty_kustomization_fails(raw.empty.file, raw.empty.generated, self.flux)):
                 location = raw.spec.origin if raw.empty.generated else SourceLocation(raw.empty.file)
                 raw = RawTier(raw.spec, inputs=raw.inputs, failed=True, findings=(render_failed(raw.spec.id, why, location),))
+            if raw.remote and not raw.failed:
+                remote = remote_finding(raw.spec, raw.remote, self.refused)
+                if remote.severity is Severity.ERROR:
+                    raw = RawTier(raw.spec, inputs=raw.inputs, failed=True)
+                raw = replace(raw, findings=(*raw.findings, remote))
             if raw.spec.id in self.placed and not raw.failed:
                 raw, why = within_artifact(raw, *self.placed[raw.spec.id])
                 if why is not None:

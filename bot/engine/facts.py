@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.engine.knowledge import KnowledgeBase
+from bot.engine.knowledge import KnowledgeBase, bundle_provides
 from bot.engine.model import GroupKind, Manifest, ObjectRef, SourceLocation, TierId
 from bot.engine.rendered import ClusterRender
 
@@ -71,10 +71,11 @@ class TierFacts:
     not_applied_over: frozenset[ObjectRef] = frozenset()  # never applied over a live object (see _NOT_APPLIED_OVER)
     unpruned: frozenset[ObjectRef] = frozenset()  # `kustomize.toolkit.fluxcd.io/prune: disabled`
     packages: tuple[tuple[ObjectRef, str], ...] = ()  # a Crossplane package CR's `spec.package` (which provider it is)
+    remote: tuple[str, ...] = ()  # remote resources its build left out (RenderedTier.remote): well-known CRD bundles count
 
 
-def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierFacts:
-    """Read a tier's objects once into its facts."""
+def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase, remote: tuple[str, ...] = ()) -> TierFacts:
+    """Read a tier's objects once into its facts; `remote`: the remote resources its build left out."""
     kinds: dict[GroupKind, list[ObjectStub]] = {}
     own_crds: set[GroupKind] = set()
     crds: list[tuple[GroupKind, ObjectRef]] = []
@@ -120,7 +121,12 @@ def tier_facts(manifests: Iterable[Manifest], knowledge: KnowledgeBase) -> TierF
                 unpruned.add(ref)
         if ref.group == "pkg.crossplane.io" and isinstance(package := (manifest.body.get("spec") or {}).get("package"), str):
             packages.append((ref, package))
+    for url in remote:  # a well-known CRD bundle: stage 1 of the same apply creates the kinds it defines
+        provides = bundle_provides(url, knowledge)
+        if provides is not None:
+            own_crds.update(gk for gk in kinds if provides(gk))
     return TierFacts(
+        remote=tuple(remote),
         count=count,
         kinds={gk: tuple(stubs) for gk, stubs in kinds.items()},
         own_crds=frozenset(own_crds),
@@ -170,7 +176,7 @@ def flux_control(manifest: Manifest, key: str, values: tuple[str, ...]) -> bool:
 
 def facts_of_render(render: ClusterRender, knowledge: KnowledgeBase) -> dict[TierId, TierFacts]:
     """The facts of every tier of a cluster, in the render's order (bot/pipeline/memo.py `FactsStore` remembers them)."""
-    return {tid: tier_facts(tier.manifests, knowledge) for tid, tier in render.tiers.items()}
+    return {tid: tier_facts(tier.manifests, knowledge, tier.remote) for tid, tier in render.tiers.items()}
 
 
 def crd_kind(body: Mapping[str, Any]) -> GroupKind | None:

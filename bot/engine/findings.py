@@ -174,7 +174,7 @@ CATALOGUE = Catalogue((
         "unsafe-path",
         Severity.ERROR,
         "a path, symlink, plugin or file the render refuses to follow or read",
-        "a symlink out of the repo, a remote base, an absolute or `../` path out of the repo, a kustomize plugin, an oversized file or an alias bomb",
+        "a symlink out of the repo, an absolute or `../` path out of the repo, a remote reference in a field the render cannot leave out (a patch or replacement `path`…) or reached through a symlink, a kustomize plugin, an oversized file or an alias bomb",
     ),
     FindingKind(
         "precondition-failed",
@@ -242,6 +242,12 @@ CATALOGUE = Catalogue((
         Severity.ERROR,
         "the live cluster (or a source, CRDs, a moved object) could not be read",
         "(with `--live`) the cluster, a source, the CRDs or a moved object could not be read (unreachable, 401, 403, timeout)",
+    ),
+    FindingKind(
+        "remote-resource-not-fetched",
+        Severity.INFO,
+        "a tier's build names remote content (a remote base or a file by URL), which Fluxwarden never fetches",
+        "a kustomization lists a remote resource, base, component or generator file (`https://…`, `github.com/…//dir?ref=…`): kustomize-controller fetches it by default, Fluxwarden never does (a PR is untrusted input), so the tier is rendered without it and what it holds is not checked; a well-known CRD bundle still counts as providing its kinds. An error when git shows the cluster's kustomize-controller runs with `--no-remote-bases` (a patch, or a multitenant FluxInstance) and the entry is a git remote base: the build fails",
     ),
     FindingKind(
         "not-rendered",

@@ -303,6 +303,7 @@ def finish_tier(
         inputs=raw.inputs,
         token_candidates=frozenset(candidates),
         finish_key=key,
+        remote=tuple(dict.fromkeys(e.reference for e in raw.remote)),
     )
     return rendered, findings
 

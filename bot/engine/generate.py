@@ -1,8 +1,9 @@
 """What kustomize-controller writes before it builds: the path's kustomization.yaml, rewritten with the spec.
 
 Also the safety pre-scan: every kustomization file a tier can reach is read before kustomize runs,
-and every field that names a file is checked, so a remote base, an absolute path or a path that
-lands outside the repository (by `../` or through a symlink) is refused instead of fetched or read.
+and every field that names a file is checked, so an absolute path or a path that lands outside the
+repository (by `../` or through a symlink) is refused instead of read. A remote resource or generator
+file is never fetched: the build's copy of its kustomization file leaves it out (`RemotePlan`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from bot.engine.yamlio import GoQuoting, check_aliases, compose_stream, duplicat
 
 # Looks like a go-getter / URL reference kustomize would fetch (kustomize api/internal/git/repospec.go).
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)|\?ref=|\.git(?:/|$)|//", re.I)
+# Where kustomize-controller fetches a remote entry and the build can leave it out: a remote resource or
+# base (a git clone, or an HTTP file), a remote component, a generator's file (kustomize's loader reads
+# an http(s) path over HTTP: api/internal/loader/fileloader.go). Any other field keeps the refusal.
+_DROPPABLE_FIELDS = ("resources", "bases", "components", "configMapGenerator", "secretGenerator")
 _PATH_FIELDS = ("resources", "bases", "components", "crds", "configurations", "generators", "transformers", "validators")
 # Fields that make kustomize fetch or execute; refused outright (we never pass --enable-helm).
 _REFUSED_FIELDS = ("helmCharts", "helmChartInflationGenerator", "helmGlobals")
@@ -46,6 +51,50 @@ class PathProblem:
     check: str = "unsafe-path"  # "render-failed" for a file kustomize cannot read either (not YAML), "render-limit" past a bound
 
 
+@dataclass(frozen=True)
+class RemoteEntry:
+    """A remote entry of a kustomization file, which kustomize-controller fetches and Fluxwarden never does."""
+
+    file: str  # repo-relative kustomization file
+    reference: str  # as written (a generator file without its `key=`)
+    field: str  # the kustomization field that names it
+    base: bool  # a git remote base (a repository or a directory of one), not a single file over HTTP(S)
+
+
+def is_remote_base(reference: str, field: str) -> bool:
+    """Whether a remote entry is a git remote base rather than one file: what `--no-remote-bases` refuses.
+
+    kustomize reads an http(s) resource as a file unless it names a repository (`//` subdirectory, `?ref=`,
+    `.git`), and clones anything else (`github.com/org/repo/dir`, `git@…`, `ssh://`); a generator's file is
+    always a file (kustomize api/internal/git/repospec.go, api/internal/target/kusttarget.go accumulateResources).
+    """
+    if field in ("configMapGenerator", "secretGenerator"):
+        return False
+    match = re.match(r"^https?://[^/]+(/[^?#]*)?(\?[^#]*)?", reference, re.I)
+    if match is None:
+        return True
+    path, query = match.group(1) or "", match.group(2) or ""
+    return "//" in path or ".git/" in path + "/" or bool(re.search(r"[?&](?:ref|version|submodules|timeout)=", query))
+
+
+@dataclass(frozen=True)
+class RemotePlan:
+    """How a tier's build leaves out the remote entries of the kustomization files it reaches.
+
+    kustomize loads each directory at its symlink-free path, so a kustomization file with a remote entry is
+    rewritten where the build reads it: it and every directory that reaches it are real directories of the
+    build's mirror (`directories`), each reached through a path without symlinks. When that cannot hold (a
+    directory reached through a symlink), the entries are refused instead (`problems`).
+    """
+
+    entries: tuple[RemoteEntry, ...] = ()
+    directories: frozenset[str] = frozenset()  # kustomization directories the mirror holds as real directories
+    problems: tuple[PathProblem, ...] = ()
+
+
+NO_REMOTE = RemotePlan()  # a build whose kustomization files name nothing remote
+
+
 @dataclass
 class KustomizationInfo:
     """What one directory's kustomization file references."""
@@ -55,6 +104,7 @@ class KustomizationInfo:
     directories: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     problems: list[PathProblem] = field(default_factory=list)
+    remote: list[RemoteEntry] = field(default_factory=list)  # entries the build leaves out (see RemotePlan)
     fields: frozenset[str] = frozenset()  # its top-level keys
     references: list[str] = field(default_factory=list)  # what it names, joined to `directory` as kustomize joins (lexically)
     reading: frozenset[str] = field(default=frozenset(), repr=False, compare=False)  # the directories whose reading led here
@@ -114,6 +164,37 @@ class KustomizationIndex:
             problems.extend(self.alias_problems(files))
         return seen_dirs, files, problems
 
+    def remote_plan(self, dirs: Iterable[str], root: str, components: Sequence[tuple[str, str]] = ()) -> RemotePlan:
+        """How a build of `root` that reaches `dirs` leaves out their remote entries; `components` are the
+        spec's, (joined lexically, symlink-free) as kustomize-controller lists them in the root's file."""
+        reached = set(dirs)
+        holding = [d for d in sorted(reached) if self.info(d).remote]
+        if not holding:
+            return RemotePlan()
+        parents: dict[str, set[str]] = {}
+        for d in reached:
+            for child in self.info(d).directories:
+                parents.setdefault(child, set()).add(d)
+        needed, todo = set(holding), list(holding)
+        while todo:  # every directory from which the build reaches one holding a remote entry
+            for parent in parents.get(todo.pop(), ()):
+                if parent not in needed:
+                    needed.add(parent)
+                    todo.append(parent)
+        needed.add(root)
+        entries = tuple(e for d in holding for e in self.info(d).remote)
+        through_symlink = [real for joined, real in components if real in needed and joined != real]
+        for d in needed:
+            lexical = set(self.info(d).references)
+            through_symlink += [c for c in self.info(d).directories if c in needed and c not in lexical]
+        if through_symlink:
+            problems = tuple(
+                PathProblem(e.file, e.reference, f"is a remote reference in a directory reached through a symlink ({sorted(through_symlink)[0]}); Fluxwarden does not fetch remote content")
+                for e in entries
+            )
+            return RemotePlan(problems=problems)
+        return RemotePlan(entries, frozenset(needed))
+
     def alias_problems(self, files: Iterable[str]) -> list[PathProblem]:
         """YAML files that expand aliases too far: kustomize expands them itself (a billion-laughs file exhausts its memory)."""
         return [p for p in map(self._alias_problem, sorted(files)) if p is not None]
@@ -161,10 +242,10 @@ class KustomizationIndex:
                 if plugin:
                     self._check_plugin_text(info, source_field, ref)
                 continue
-            self._classify(info, ref, plugin_config=plugin)
+            self._classify(info, ref, plugin_config=plugin, source_field=source_field)
         return info
 
-    def _classify(self, info: KustomizationInfo, ref: str, *, plugin_config: bool = False) -> None:
+    def _classify(self, info: KustomizationInfo, ref: str, *, plugin_config: bool = False, source_field: str = "") -> None:
         """Check one file reference of `info`'s kustomization and note what it reaches.
 
         kustomize joins a reference to the kustomization's directory lexically (`filepath.Join`), then
@@ -176,6 +257,9 @@ class KustomizationIndex:
         # kustomize tries a reference as a local path before a remote one, so `apps//b` that exists is local.
         exists_locally = local is not None and not local.startswith("..") and self.snapshot.exists("" if local == "." else local)
         if _REMOTE.search(ref) and not exists_locally:
+            if source_field in _DROPPABLE_FIELDS and info.file is not None:
+                info.remote.append(RemoteEntry(info.file, ref, source_field, is_remote_base(ref, source_field)))
+                return
             info.problems.append(PathProblem(rel_file, ref, "is a remote reference; Fluxwarden does not fetch remote bases"))
             return
         if ref.startswith("/"):
@@ -406,6 +490,7 @@ class BuildLayout:
     file: str  # the rewritten kustomization file's repo path
     body: str  # its content
     empty: "EmptyKustomization | None" = None  # the file kustomize-controller builds holds nothing (None: it holds something)
+    rewritten: tuple[tuple[str, str], ...] = ()  # (repo path, content): files kustomize reads, their remote entries left out
 
 
 @dataclass(frozen=True)
@@ -416,34 +501,117 @@ class EmptyKustomization:
     generated: bool  # no kustomization file in the path, and no manifest for the generated one to list
 
 
-def build_layout(snapshot: RepoTree, tier: TierSpec, root: str, components: Sequence[str], reached: Iterable[str]) -> BuildLayout:
+def build_layout(
+    snapshot: RepoTree,
+    tier: TierSpec,
+    root: str,
+    components: Sequence[str],
+    reached: Iterable[str],
+    plan: RemotePlan = NO_REMOTE,
+    index: "KustomizationIndex | None" = None,
+) -> BuildLayout:
     """The mirror a tier builds in: `root` is the path without symlinks; `components` are the spec's, as
-    written, missing ones already left out."""
+    written, missing ones already left out; `plan` says which kustomization files leave out remote entries
+    (`index` reads them)."""
     name = kustomization_file(snapshot, root)
     rel = posixpath.join(root, name or "kustomization.yaml")
-    parts = root.split("/") if root else []
+    index = index if index is not None else KustomizationIndex(snapshot)
+    real = {""}  # directories the mirror holds as directories: the root's and each rewritten file's, with their ancestors
+    for directory in {root, *plan.directories}:
+        steps = directory.split("/") if directory else []
+        real.update("/".join(steps[: i + 1]) for i in range(len(steps)))
+    rewritten: dict[str, str] = {}
+    paths = [*reached, *(posixpath.join(root, n) for n in KUSTOMIZATION_FILES if n != name)]
+    for directory in sorted(plan.directories - {root}):
+        info = index.info(directory)
+        # Every kustomization file name of the directory too: kustomize refuses a directory with two.
+        paths += [*info.references, *(posixpath.join(directory, n) for n in KUSTOMIZATION_FILES)]
+        if info.remote and info.file is not None:
+            rewritten[info.file] = without_remote(_read_utf8(snapshot, info.file), {e.reference for e in info.remote})
     links: dict[str, None] = {}
-    # Every kustomization file name of the directory too: kustomize refuses a directory with two.
-    for path in [*reached, *(posixpath.join(root, n) for n in KUSTOMIZATION_FILES if n != name)]:
-        depth = 0  # how many steps of `root` the path shares
+    for path in paths:
         steps = path.split("/") if path else []
-        while depth < len(parts) and depth < len(steps) and steps[depth] == parts[depth]:
-            depth += 1
-        if depth < len(steps) and (depth < len(parts) or steps[depth] != name):
-            links["/".join(steps[: depth + 1])] = None
-    text = None
-    if name:
-        try:
-            text = (snapshot.read_bytes(rel) or b"").decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{rel}: invalid UTF-8 at byte {exc.start}; kustomize cannot read it") from None
+        for depth in range(len(steps)):
+            prefix = "/".join(steps[: depth + 1])
+            if prefix not in real:  # the first step off the mirror's own directories: a link to the repository's
+                if prefix != rel and prefix not in rewritten:
+                    links[prefix] = None
+                break
+    text = _read_utf8(snapshot, rel) if name else None
     resources = None if name else ["./" + r for r in generated_resources(snapshot, root)]
+    drop = frozenset(e.reference for e in index.info(root).remote) if root in plan.directories else frozenset()
     try:
-        body = flux_kustomization(tier, text, resources, components)
+        body = flux_kustomization(tier, text, resources, components, drop)
     except InputError as exc:
         raise InputError(f"{rel}: {exc}") from None
     empty = EmptyKustomization(rel, generated=not name) if controller_file_empty(tier, text, resources) else None
-    return BuildLayout(root=root, links=tuple(p for p in links if snapshot.exists(p)), file=rel, body=body, empty=empty)
+    return BuildLayout(
+        root=root, links=tuple(p for p in links if snapshot.exists(p)), file=rel, body=body, empty=empty, rewritten=tuple(sorted(rewritten.items()))
+    )
+
+
+def _read_utf8(snapshot: RepoTree, rel: str) -> str:
+    try:
+        return (snapshot.read_bytes(rel) or b"").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{rel}: invalid UTF-8 at byte {exc.start}; kustomize cannot read it") from None
+
+
+_LIST_FIELDS = ("resources", "bases", "components")
+_GENERATOR_FIELDS = ("configmapgenerator", "secretgenerator")
+_IDENTITY_FIELDS = ("apiversion", "kind", "metadata")
+
+
+def without_remote(text: str, drop: Iterable[str]) -> str:
+    """A kustomization file that kustomize reads itself (not the path's), its remote entries `drop` left out.
+
+    Every other key is kept as written (as nodes); a file left with nothing but its identity gets
+    `buildMetadata`, since kustomize refuses an empty kustomization.
+    """
+    try:
+        documents = compose_stream(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    root = documents[0] if documents else None
+    if not isinstance(root, yaml.MappingNode):
+        raise InputError("not a kustomization (the file is not a YAML mapping)")
+    dropped = frozenset(drop)
+    kept: list[tuple[yaml.Node, yaml.Node]] = []
+    for key, value in root.value:
+        pruned = _pruned(str(key.value) if isinstance(key, yaml.ScalarNode) else "", value, dropped)
+        if pruned is not None:
+            kept.append((key, pruned))
+    if all(isinstance(k, yaml.ScalarNode) and str(k.value).casefold() in _IDENTITY_FIELDS for k, _ in kept):
+        kept.append((_scalar("buildMetadata"), _sequence([_scalar("originAnnotations")])))
+    document = yaml.MappingNode(_MAP, kept)
+    return yaml.serialize(document, Dumper=_NodeDumper, allow_unicode=True, width=1 << 20)
+
+
+def _pruned(name: str, node: yaml.Node, drop: frozenset[str]) -> yaml.Node | None:
+    """A kustomization field's node without the remote entries `drop`; None when nothing is left of a list."""
+    folded = name.casefold()
+    if not drop or not isinstance(node, yaml.SequenceNode):
+        return node
+    if folded in _LIST_FIELDS:
+        items = [n for n in node.value if not (isinstance(n, yaml.ScalarNode) and n.value in drop)]
+        return yaml.SequenceNode(node.tag, items) if items else None
+    if folded not in _GENERATOR_FIELDS:
+        return node
+    generators = []
+    for generator in node.value:
+        if isinstance(generator, yaml.MappingNode):
+            fields: list[tuple[yaml.Node, yaml.Node]] = []
+            for key, value in generator.value:
+                field_name = str(key.value).casefold() if isinstance(key, yaml.ScalarNode) else ""
+                if field_name in ("files", "envs") and isinstance(value, yaml.SequenceNode):
+                    # A file source is `key=path` or a path (kustomize api/internal/generators/utils.go ParseFileSource).
+                    value = yaml.SequenceNode(value.tag, [n for n in value.value if not (isinstance(n, yaml.ScalarNode) and n.value.split("=", 1)[-1] in drop)])
+                elif field_name == "env" and isinstance(value, yaml.ScalarNode) and value.value in drop:
+                    continue
+                fields.append((key, value))
+            generator = yaml.MappingNode(generator.tag, fields)
+        generators.append(generator)
+    return yaml.SequenceNode(node.tag, generators)
 
 
 _EMPTY_NULLS = ("", "~", "null", "Null", "NULL")
@@ -480,9 +648,12 @@ def _written_empty(node: yaml.Node) -> bool:
     return node.value == "" or (not node.style and node.value in _EMPTY_NULLS)  # (plain: no quote style)
 
 
-def flux_kustomization(tier: TierSpec, text: str | None, generated: list[str] | None, components: Sequence[str]) -> str:
+def flux_kustomization(
+    tier: TierSpec, text: str | None, generated: list[str] | None, components: Sequence[str], drop: frozenset[str] = frozenset()
+) -> str:
     """The kustomization file the controller builds: the path's own (`text`), or the one it generates
-    (`generated` resources), with the spec's fields merged in the way GenerateManifest merges them.
+    (`generated` resources), with the spec's fields merged in the way GenerateManifest merges them; the remote
+    entries `drop` are left out (never fetched).
 
     The file is edited as YAML nodes (composed with go-yaml's tags), never loaded into Python values:
     every scalar keeps its text and style, so kustomize reads what it would have read in the original.
@@ -496,9 +667,11 @@ def flux_kustomization(tier: TierSpec, text: str | None, generated: list[str] | 
         else:
             fields["namespace"] = _scalar("_placeholder")  # kustomize refuses an empty kustomization
     else:
-        fields = _top_level_fields(text)
-        # An existing file without resources gets originAnnotations instead of its own buildMetadata.
-        if not _items(fields.get("resources")):
+        written = _top_level_fields(text)
+        fields = {k: v for k, v in ((k, _pruned(k, v, drop)) for k, v in written.items()) if v is not None}
+        # An existing file without resources gets originAnnotations instead of its own buildMetadata (as written:
+        # the controller sees the remote entries).
+        if not _items(written.get("resources")):
             fields["buildMetadata"] = _sequence([_scalar("originAnnotations")])
     if tier.target_namespace:
         fields["namespace"] = _scalar(tier.target_namespace)

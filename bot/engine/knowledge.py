@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any
@@ -606,3 +607,57 @@ def _lookup_path(body: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
             return False, None
         current = current[part]
     return True, current
+
+
+# Well-known CRD bundles fetched by URL (`kubectl apply -f https://…`, a kustomization's remote resource): what
+# they define, read from the projects' release assets. Anything else fetched from a URL is named, not assumed.
+_GATEWAY_API = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant", "BackendTLSPolicy")
+_GATEWAY_API_EXPERIMENTAL = ("TCPRoute", "TLSRoute", "UDPRoute")
+# kubernetes-csi/external-snapshotter client/config/crd (its kustomization.yaml): the v1 snapshot CRDs.
+_SNAPSHOT_KINDS = ("VolumeSnapshot", "VolumeSnapshotClass", "VolumeSnapshotContent")
+
+
+def bundle_crds(url: str, knowledge: KnowledgeBase) -> tuple[set[tuple[str, str]], set[str]]:
+    """(CRDs, chart names) a well-known CRD bundle URL installs; both empty when it is not one we know.
+
+    kubernetes-sigs/gateway-api `standard-install.yaml`/`experimental-install.yaml`
+    (https://gateway-api.sigs.k8s.io/guides/#installing-gateway-api); prometheus-operator's
+    `bundle.yaml`/`stripped-down-crds.yaml` (the monitoring.coreos.com CRDs, as the
+    prometheus-operator-crds chart); cert-manager's release asset `cert-manager.crds.yaml` (the CRDs the
+    cert-manager chart installs: https://cert-manager.io/docs/installation/helm/#option-1-installing-crds-with-kubectl);
+    the git remote bases kubernetes-csi/external-snapshotter `//client/config/crd` and kyverno/kyverno `//config/crds`; a single CRD file named
+    `<plural>.<group>.yaml` whose kind the knowledge base knows (external-dns `dnsendpoints.externaldns.k8s.io.yaml`).
+    """
+    bare = url.split("?", 1)[0].rstrip("/")
+    name = bare.rsplit("/", 1)[-1]
+    if "gateway-api" in url and name.endswith("-install.yaml"):
+        kinds = _GATEWAY_API + (_GATEWAY_API_EXPERIMENTAL if name.startswith("experimental") else ())
+        return {("gateway.networking.k8s.io", k) for k in kinds}, set()
+    if "prometheus-operator" in url and name in ("bundle.yaml", "stripped-down-crds.yaml"):
+        rule = knowledge.chart_rule("prometheus-operator-crds")
+        return set(), {rule.chart} if rule else set()
+    if "cert-manager/cert-manager" in url and name == "cert-manager.crds.yaml":
+        rule = knowledge.chart_rule("cert-manager")
+        return set(), {rule.chart} if rule else set()
+    if "kyverno/kyverno" in url and bare.endswith("//config/crds"):  # the CRDs the kyverno chart ships
+        rule = knowledge.chart_rule("kyverno")
+        return set(), {rule.chart} if rule else set()
+    if "kubernetes-csi/external-snapshotter" in url and bare.endswith("client/config/crd"):
+        return {("snapshot.storage.k8s.io", k) for k in _SNAPSHOT_KINDS}, set()
+    match = re.fullmatch(r"([a-z0-9]+)\.([a-z0-9.-]+\.[a-z]+)\.ya?ml", name)
+    if match:
+        plural, group = match.groups()
+        for rule in knowledge.charts.values():
+            for gk in rule.kinds:
+                if gk.group == group and gk.kind.lower() + "s" == plural:
+                    return {(gk.group, gk.kind)}, set()
+    return set(), set()
+
+
+def bundle_provides(url: str, knowledge: KnowledgeBase) -> Callable[[GroupKind], bool] | None:
+    """Whether a kind is among the CRDs of the well-known bundle `url` (see `bundle_crds`); None for a URL we do not know."""
+    crds, charts = bundle_crds(url, knowledge)
+    rules = [r for r in (knowledge.chart_rule(c) for c in charts) if r is not None]
+    if not crds and not rules:
+        return None
+    return lambda gk: (gk.group, gk.kind) in crds or any(rule.provides(gk) for rule in rules)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from bot.engine.facts import TierFacts, facts_of_render
-from bot.engine.knowledge import ChartRule, KnowledgeBase, RuntimeCrdRule
+from bot.engine.knowledge import ChartRule, KnowledgeBase, RuntimeCrdRule, bundle_provides
 from bot.engine.model import GroupKind, Manifest, ObjectRef, TierId
 from bot.engine.rendered import ClusterRender
 
@@ -52,6 +52,7 @@ class ProviderIndex:
         self._packages: dict[ObjectRef, str] = {}
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
+        self._bundles: list[tuple[TierId, str, Callable[[GroupKind], bool]]] = []  # remote CRD bundles a tier's build names
         if facts is None:
             assert render is not None, "a ProviderIndex needs a render or its facts"
             facts = facts_of_render(render, knowledge)
@@ -75,6 +76,10 @@ class ProviderIndex:
                 if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
                     self._charts.append((tier, manifest.ref, rule))
             self._packages.update(tier_facts.packages)
+            for url in tier_facts.remote:
+                provides = bundle_provides(url, knowledge)
+                if provides is not None:
+                    self._bundles.append((tier, url, provides))
             triggers = [
                 (stub.position, index, stub.ref, rule)
                 for gk, stubs in tier_facts.kinds.items()
@@ -103,6 +108,8 @@ class ProviderIndex:
         if self.knowledge.is_preinstalled(gk):
             return [Provider(ProviderKind.PREINSTALLED, description="installed by flux bootstrap")]
         found = list(self._crds.get(gk, ()))
+        # kustomize-controller fetches them (Fluxwarden does not): what the bundle holds is known, not read.
+        found += [Provider(ProviderKind.CRD, tier, None, f"CRDs of the remote bundle {url}, as known") for tier, url, provides in self._bundles if provides(gk)]
         found += self._released.get(gk, [])
         found += [
             Provider(ProviderKind.CHART, tier, ref, f"chart {rule.chart} of HelmRelease {ref.namespace}/{ref.name}")

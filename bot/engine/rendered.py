@@ -16,7 +16,7 @@ from bot.engine.errors import InputError
 from bot.engine.flux import (
     FLUX_INSTANCE_GROUP as OPERATOR_GROUP, KUSTOMIZATION_GROUP, SUBSTITUTE_ANNOTATION, is_flux_instance_release, is_flux_kustomization, operator_sync,
 )
-from bot.engine.generate import EmptyKustomization
+from bot.engine.generate import EmptyKustomization, RemoteEntry
 from bot.engine.model import Cause, Finding, GroupKind, Manifest, ObjectRef, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.tree import RepoTree
 from bot.engine.yamlio import FastSafeLoader
@@ -108,6 +108,7 @@ class RawTier:
     # Its kustomization file holds nothing as the controller writes it back: some Flux releases fail the build
     # (fluxversion.empty_kustomization_fails). Such a build is not cached: the rule needs it.
     empty: EmptyKustomization | None = None
+    remote: tuple[RemoteEntry, ...] = ()  # remote entries its build left out: never fetched, their objects not checked
 
     @property
     def document_index(self) -> DocumentIndex:
@@ -145,6 +146,7 @@ class RenderedTier:
     # Its discovery objects when known apart from `manifests` (a tier read back from its summary, whose
     # other objects load on first use); None: read them from `manifests`.
     discovery: tuple[Manifest, ...] | None = None
+    remote: tuple[str, ...] = ()  # the remote resources (URLs) its build left out, which kustomize-controller fetches
 
     def flux_kustomizations(self) -> Sequence[Manifest]:
         """Its Flux Kustomizations (known without loading a cached tier's other objects)."""

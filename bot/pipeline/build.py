@@ -21,7 +21,7 @@ from bot.engine.errors import BuildStopped, InputError, KustomizeNotFound, Limit
 from bot.engine.facts import ObjectStub
 from bot.engine.finish import parse_output
 from bot.engine.flux import OperatorSync
-from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex
+from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, RemotePlan
 from bot.engine.model import Cause, Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, render_limit, unsafe_path
 from bot.engine.tree import normalise_repo_path
@@ -78,6 +78,8 @@ class TierBuilder:
         if known is not None:
             return known.for_spec(spec)
         dirs, files, problems = self.index.reach(root, components.real, aliases=False)
+        plan = self.index.remote_plan(dirs, root, list(zip(components.joined, components.real)))
+        problems += plan.problems
         inputs = frozenset(dirs | files | components.missing)
         generated = {d for d in dirs if self.index.is_generated(d)}
         reached = with_ancestors(inputs)
@@ -87,7 +89,7 @@ class TierBuilder:
             cache_key = self.hasher.key([self.binary.version, build_key(spec)], inputs)
             cached = self.memo.cached(spec, inputs, cache_key)
             if cached is not None:
-                return cached  # only a build that passed every check below is cached: this content was checked already
+                return replace(cached, remote=plan.entries)  # only a build that passed every check below is cached: this content was checked already
         problems += self.index.alias_problems(files)
         if problems or refused:
             findings = [
@@ -95,7 +97,7 @@ class TierBuilder:
                 for p in problems
             ] + [unsafe_path(tier, f"{r.path} {r.reason}", SourceLocation(r.path)) for r in refused]
             return RawTier(spec, inputs=inputs, failed=True, findings=tuple(findings))
-        raw = self._run(spec, root, components, dirs, files, inputs, cache_key)
+        raw = self._run(spec, root, components, dirs, files, inputs, cache_key, plan)
         if not raw.failed:
             self.memo.store(raw)
         return raw
@@ -125,7 +127,15 @@ class TierBuilder:
         return out
 
     def _run(
-        self, spec: TierSpec, root: str, components: _Components, dirs: set[str], files: set[str], inputs: frozenset[str], cache_key: str | None
+        self,
+        spec: TierSpec,
+        root: str,
+        components: _Components,
+        dirs: set[str],
+        files: set[str],
+        inputs: frozenset[str],
+        cache_key: str | None,
+        plan: RemotePlan,
     ) -> RawTier:
         """Write the tier's files and Flux's overlay, run kustomize, parse what it printed."""
         tier = spec.id
@@ -140,7 +150,7 @@ class TierBuilder:
         workdir = self.work / f"{next(self._counter):05d}"
         try:
             reached = [*self.index.info(root).references, *components.joined]
-            build_dir, layout = write_build_root(self.snapshot, spec, root, components.written, reached, workdir)
+            build_dir, layout = write_build_root(self.snapshot, spec, root, components.written, reached, workdir, plan, self.index)
         except InputError as exc:
             kustomization_path = self.index.info(root).file
             location = SourceLocation(kustomization_path) if kustomization_path else spec.origin
@@ -174,8 +184,8 @@ class TierBuilder:
         with self._lock:  # worker threads count concurrently
             self.builds_run += 1
         if layout.empty is not None:  # not cached: whether it builds depends on the cluster's Flux (see RawTier.empty)
-            return RawTier(spec, documents=tuple(documents), inputs=inputs, index=DocumentIndex.of(documents), empty=layout.empty)
-        return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, index=DocumentIndex.of(documents))
+            return RawTier(spec, documents=tuple(documents), inputs=inputs, index=DocumentIndex.of(documents), empty=layout.empty, remote=plan.entries)
+        return RawTier(spec, documents=tuple(documents), inputs=inputs, content_key=cache_key, index=DocumentIndex.of(documents), remote=plan.entries)
 
     def patched_sync(self, sync: OperatorSync, tier: TierId, origin: SourceLocation | None, findings: list[Finding]) -> Mapping[str, Any]:
         """The operator's sync Kustomization with the FluxInstance's patches that target it, applied by kustomize."""

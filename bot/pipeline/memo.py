@@ -20,6 +20,7 @@ from bot.adapters.workspace import Snapshot
 from bot.engine.config import RepoConfig
 from bot.engine.errors import InputError
 from bot.engine.facts import TierFacts, tier_facts
+from bot.engine.generate import RemoteEntry
 from bot.engine.knowledge import KnowledgeBase
 from bot.engine.model import Finding, Manifest, TierId, TierSpec
 from bot.engine.rendered import ClusterRender, DocumentIndex, RawDocument, RawTier, RenderedTier, TierSummary, build_key, summarise
@@ -104,6 +105,7 @@ class TreeBuild(NamedTuple):
     cache_key: str
     spec: TierSpec
     index: DocumentIndex  # type: ignore[assignment]  # shadows tuple.index(), which nothing calls on a TreeBuild
+    remote: tuple[RemoteEntry, ...] = ()  # the remote entries the build left out (RawTier.remote)
 
 
 class BuildMemo:
@@ -146,7 +148,7 @@ class BuildMemo:
         if known is None or self.cache is None or not self.cache.contains(known.cache_key):
             return None
         documents = CachedDocuments(self.cache, known.cache_key)
-        return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, index=known.index)
+        return RawTier(known.spec, documents=documents, inputs=known.inputs, content_key=known.cache_key, index=known.index, remote=known.remote)
 
     def cached(self, spec: TierSpec, inputs: frozenset[str], cache_key: str) -> RawTier | None:
         """The build on disk under `cache_key` (recorded in the tree memo); its documents are unpickled only when a tier needs them."""
@@ -169,7 +171,7 @@ class BuildMemo:
     def _record(self, raw: RawTier) -> None:
         if self._tree_key is not None and raw.content_key is not None:
             with self._lock:
-                self._tree[build_key(raw.spec)] = TreeBuild(raw.inputs, raw.content_key, raw.spec, raw.document_index)
+                self._tree[build_key(raw.spec)] = TreeBuild(raw.inputs, raw.content_key, raw.spec, raw.document_index, raw.remote)
                 self._tree_dirty = True
 
     def save(self) -> None:
@@ -316,14 +318,14 @@ class FactsStore:
         if tier.finish_key is None:  # not cacheable: remembered for this very tier object only
             held = self._unkeyed.get(id(tier))
             if held is None or held[0] is not tier:
-                held = self._unkeyed[id(tier)] = (tier, tier_facts(tier.manifests, self.knowledge))
+                held = self._unkeyed[id(tier)] = (tier, tier_facts(tier.manifests, self.knowledge, tier.remote))
             return held[1]
         key = f"facts-{tier.finish_key}-{self._rules}"
         facts = self._memo.get(key)
         if facts is None and self.cache is not None:
             facts = self.cache.get(key)
         if facts is None:
-            facts = tier_facts(tier.manifests, self.knowledge)
+            facts = tier_facts(tier.manifests, self.knowledge, tier.remote)
             if self.cache is not None:
                 self.cache.put(key, facts)
         self._memo[key] = facts

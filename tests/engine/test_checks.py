@@ -1046,3 +1046,12 @@ def test_crossplane_package_groups(package: str, group: str, served: bool) -> No
 
     trigger = ObjectRef("pkg.crossplane.io/v1", "Provider", "", "p")
     assert package_provides(package, trigger, GroupKind(group, "Thing")) is served
+
+
+def test_a_name_made_of_a_masked_secret_value_is_not_judged() -> None:
+    """`name: "${SECRET_DOMAIN/./-}"` substitutes a Secret's value, shown masked: it is not known, so not invalid."""
+    from bot.engine.checks.names import DNS1123_SUBDOMAIN, problem
+    from bot.engine.rendered import SECRET_MASK
+
+    assert problem(SECRET_MASK.format(name="SECRET_DOMAIN"), DNS1123_SUBDOMAIN) is None
+    assert problem(SECRET_MASK.format(name="SECRET_DOMAIN") + "-TLS", DNS1123_SUBDOMAIN) is not None  # what is known still counts

@@ -107,3 +107,13 @@ def test_objects_gone_mid_run_fail_that_run_and_heal_the_next(tmp_path: Path) ->
     with pytest.raises(InputError, match="run again"):
         list(stored)
     assert not cache.contains("finished-k1")  # the next run finishes the tier again
+
+
+def test_a_known_remote_bundle_is_stage_one_of_its_own_tier() -> None:
+    """A tier whose build names cert-manager's CRD asset applies its ClusterIssuer after those CRDs (same apply)."""
+    issuer = Manifest(ObjectRef("cert-manager.io/v1", "ClusterIssuer", "", "le"), {"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer", "metadata": {"name": "le"}})
+    url = "https://github.com/cert-manager/cert-manager/releases/download/v1.8.2/cert-manager.crds.yaml"
+    facts = tier_facts([issuer], default_knowledge(), (url,))
+    assert facts.remote == (url,) and GroupKind("cert-manager.io", "ClusterIssuer") in facts.own_crds
+    unknown = tier_facts([issuer], default_knowledge(), ("https://example.com/crds.yaml",))
+    assert unknown.own_crds == frozenset()

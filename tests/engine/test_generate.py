@@ -489,3 +489,96 @@ _HEAD = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
 def test_the_file_the_controller_writes_back_is_empty(text: str | None, generated: list[str] | None, spec: dict[str, str], empty: bool) -> None:
     tier = TierSpec(id=APP, path="app", source=SourceRef("GitRepository", FLUX, FLUX), **spec)  # type: ignore[arg-type]
     assert controller_file_empty(tier, text, generated) is empty
+
+
+# == Remote entries: left out of the build's copy of the kustomization file =============================
+
+from bot.adapters.workspace import build_snapshot  # noqa: E402
+from bot.engine.generate import KustomizationIndex, build_layout, is_remote_base, without_remote  # noqa: E402
+from bot.engine.model import GroupKind  # noqa: E402,F401
+
+REMOTE_FILE = "https://github.com/cert-manager/cert-manager/releases/download/v1.8.2/cert-manager.crds.yaml"
+REMOTE_BASE = "github.com/kubernetes-csi/external-snapshotter//client/config/crd?ref=v6.0.1"
+
+
+def test_without_remote_keeps_every_other_entry_and_key() -> None:
+    text = (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: x\n"
+        f"resources:\n  - {REMOTE_FILE}\n  - local.yaml\n"
+        "configMapGenerator:\n  - name: dash\n    files:\n      - a.json\n      - b.json=https://example.com/b.json\n"
+        "    env: https://example.com/e.env\n"
+    )
+    body = yaml.safe_load(without_remote(text, {REMOTE_FILE, "https://example.com/b.json", "https://example.com/e.env"}))
+    assert body == {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "x",
+        "resources": ["local.yaml"],
+        "configMapGenerator": [{"name": "dash", "files": ["a.json"]}],
+    }
+
+
+def test_without_remote_leaves_a_file_kustomize_still_builds() -> None:
+    """kustomize refuses an empty kustomization: a file that held only remote entries gets buildMetadata."""
+    body = yaml.safe_load(without_remote(f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{REMOTE_BASE}]\n", {REMOTE_BASE}))
+    assert body == {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "buildMetadata": ["originAnnotations"]}
+
+
+@pytest.mark.parametrize(
+    "reference,field,base",
+    [
+        (REMOTE_FILE, "resources", False),
+        ("https://raw.githubusercontent.com/org/repo/main/crd.yaml", "resources", False),
+        (REMOTE_BASE, "resources", True),
+        ("https://github.com/org/repo//deploy?ref=v1", "resources", True),
+        ("https://github.com/stefanprodan/podinfo/deploy/overlays/dev?ref=master", "resources", True),
+        ("git@github.com:org/repo.git", "resources", True),
+        ("https://raw.githubusercontent.com/fluxcd/flux2/v0.31.4//manifests/dash.json", "configMapGenerator", False),
+    ],
+)
+def test_is_remote_base(reference: str, field: str, base: bool) -> None:
+    assert is_remote_base(reference, field) is base
+
+
+def _tree(tmp_path: Path, files: dict[str, str], links: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    import os
+
+    root = write_tree(tmp_path / "repo", files)
+    for rel, target in (links or {}).items():
+        os.symlink(target, root / rel)
+    return build_snapshot(root, tmp_path / "snap")
+
+
+TOBOSHII_CRDS = {
+    "cluster/crds/kustomization.yaml": "resources: [cert-manager, local]\n",
+    "cluster/crds/cert-manager/kustomization.yaml": f"# renovate: chart=cert-manager\nresources:\n  - {REMOTE_FILE}\n",
+    "cluster/crds/local/kustomization.yaml": "resources: [crds.yaml]\n",
+    "cluster/crds/local/crds.yaml": "kind: X\n",
+}
+
+
+def test_build_layout_rewrites_a_nested_file_in_a_real_directory(tmp_path: Path) -> None:
+    snapshot = _tree(tmp_path, TOBOSHII_CRDS)
+    index = KustomizationIndex(snapshot)
+    dirs, _, problems = index.reach("cluster/crds")
+    plan = index.remote_plan(dirs, "cluster/crds")
+    assert problems == [] and plan.problems == ()
+    assert [(e.file, e.reference, e.base) for e in plan.entries] == [("cluster/crds/cert-manager/kustomization.yaml", REMOTE_FILE, False)]
+    assert plan.directories == {"cluster/crds", "cluster/crds/cert-manager"}
+    spec = TierSpec(TierId("flux-system", "crds"), "cluster/crds", source=SourceRef("GitRepository", "flux-system", "flux-system"))
+    layout = build_layout(snapshot, spec, "cluster/crds", [], index.info("cluster/crds").references, plan, index)
+    [(path, body)] = layout.rewritten
+    assert path == "cluster/crds/cert-manager/kustomization.yaml" and REMOTE_FILE not in body
+    # the rewritten directory is the mirror's own; its siblings are links to the repository's
+    assert "cluster/crds/local" in layout.links and not any(link.startswith("cluster/crds/cert-manager") for link in layout.links)
+
+
+def test_a_remote_entry_reached_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    """kustomize would load the linked directory at its real path, the unrewritten file: refused, never fetched."""
+    files = {k.replace("cluster/crds/cert-manager/", "vendor/cm/"): v for k, v in TOBOSHII_CRDS.items()}
+    snapshot = _tree(tmp_path, files, {"cluster/crds/cert-manager": "../../vendor/cm"})
+    index = KustomizationIndex(snapshot)
+    dirs, _, _ = index.reach("cluster/crds")
+    plan = index.remote_plan(dirs, "cluster/crds")
+    assert plan.entries == () and [p.reference for p in plan.problems] == [REMOTE_FILE]
+    assert "symlink" in plan.problems[0].reason

@@ -476,3 +476,27 @@ def test_declared_chart_alias_provides_its_crds(tmp_path) -> None:
     after = check_repository(root, "dev", options).findings
     assert [f for f in after if f.check == "unknown-kind"] == []
     assert [f for f in after if f.severity is not Severity.INFO] == []
+
+
+# == Well-known CRD bundles fetched by URL ========================================================
+
+from bot.engine.knowledge import bundle_crds, bundle_provides, default_knowledge as _default  # noqa: E402
+
+
+def test_bundle_credit_of_known_urls() -> None:
+    kb = _default()
+    cert_manager = bundle_provides("https://github.com/cert-manager/cert-manager/releases/download/v1.8.2/cert-manager.crds.yaml", kb)
+    assert cert_manager is not None and cert_manager(GroupKind("cert-manager.io", "ClusterIssuer")) and cert_manager(GroupKind("acme.cert-manager.io", "Order"))
+    assert not cert_manager(GroupKind("trust.cert-manager.io", "Bundle"))
+    snapshots = bundle_crds("github.com/kubernetes-csi/external-snapshotter//client/config/crd?ref=v6.0.1", kb)
+    assert snapshots == ({("snapshot.storage.k8s.io", k) for k in ("VolumeSnapshot", "VolumeSnapshotClass", "VolumeSnapshotContent")}, set())
+    kyverno = bundle_provides("github.com/kyverno/kyverno//config/crds?ref=kyverno-chart-v2.5.2", kb)
+    assert kyverno is not None and kyverno(GroupKind("kyverno.io", "ClusterPolicy"))
+    gateway = bundle_provides("https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.2.0/standard-install.yaml", kb)
+    assert gateway is not None and gateway(GroupKind("gateway.networking.k8s.io", "HTTPRoute"))
+
+
+def test_a_url_not_known_credits_nothing() -> None:
+    kb = _default()
+    assert bundle_provides("https://raw.githubusercontent.com/movetokube/postgres-operator/1.1.1/deploy/crds/db.movetokube.com_postgres_crd.yaml", kb) is None
+    assert bundle_provides("https://github.com/cert-manager/cert-manager/releases/download/v1.8.2/cert-manager.yaml", kb) is None  # the whole install, not the CRD asset

@@ -43,10 +43,15 @@ def name_rule(gk: GroupKind) -> tuple[re.Pattern[str], int | None, str]:
     return DNS1123_SUBDOMAIN
 
 
+_MASKED = re.compile(r"<masked:[^>]*>")
+
+
 def problem(value: str, rule: tuple[re.Pattern[str], int | None, str]) -> str | None:
     """Why `value` breaks `rule`, or None when it is valid."""
     pattern, limit, what = rule
     candidate = _TOKEN.sub("x", value) if "${" in value else value
+    # A substituted Secret value is masked (rendered.SECRET_MASK): not known, so not judged (`${SECRET_DOMAIN/./-}`).
+    candidate = _MASKED.sub("x", candidate) if "<masked:" in candidate else candidate
     if pattern.fullmatch(candidate) and (limit is None or len(candidate) <= limit):
         return None
     return what
