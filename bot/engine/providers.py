@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -53,11 +54,14 @@ class ProviderIndex:
         self._derived: dict[GroupKind, list[Provider]] = defaultdict(list)
         self._live: dict[GroupKind, Provider] = {}
         self._bundles: list[tuple[TierId, str, Callable[[GroupKind], bool]]] = []  # remote CRD bundles a tier's build names
+        self._chart_crd_sources: list[tuple[TierId, str, ChartRule]] = []  # tiers applying a chart's crds from its own repository
         if facts is None:
             assert render is not None, "a ProviderIndex needs a render or its facts"
             facts = facts_of_render(render, knowledge)
         releases = render.releases if render is not None else {}
         self.facts = facts
+        if render is not None:
+            self._chart_crd_sources = _chart_crd_sources(render, facts, knowledge)
         oci_urls = {key: url for tier_facts in facts.values() for key, url in tier_facts.oci_urls.items()}
         for tier, tier_facts in facts.items():
             for defined, ref in tier_facts.crds:
@@ -110,6 +114,7 @@ class ProviderIndex:
         found = list(self._crds.get(gk, ()))
         # kustomize-controller fetches them (Fluxwarden does not): what the bundle holds is known, not read.
         found += [Provider(ProviderKind.CRD, tier, None, f"CRDs of the remote bundle {url}, as known") for tier, url, provides in self._bundles if provides(gk)]
+        found += [Provider(ProviderKind.CRD, tier, None, f"{what}, as known") for tier, what, rule in self._chart_crd_sources if rule.provides(gk)]
         found += self._released.get(gk, [])
         found += [
             Provider(ProviderKind.CHART, tier, ref, f"chart {rule.chart} of HelmRelease {ref.namespace}/{ref.name}")
@@ -175,3 +180,37 @@ def chart_name(manifest: Manifest, oci_urls: Mapping[tuple[str, str], str]) -> s
         url = oci_urls.get((str(ref.get("namespace") or manifest.ref.namespace), str(ref.get("name") or "")), "")
         return url.rstrip("/").rsplit("/", 1)[-1] or None
     return None
+
+
+# A path of a chart's CRDs in its own repository: `charts/kube-prometheus-stack/crds`,
+# `charts/cloudnative-pg/templates/crds`, `charts/kube-prometheus-stack/charts/crds/crds`.
+_CHART_CRDS = re.compile(r"(?:^|/)charts/([a-z0-9][a-z0-9-]*)(?:/[^/]+)*?/crds(?:/|$)")
+
+
+def _chart_crd_sources(render: ClusterRender, facts: Mapping[TierId, TierFacts], knowledge: KnowledgeBase) -> list[tuple[TierId, str, ChartRule]]:
+    """Tiers that apply a known chart's CRDs straight from the chart's repository (not rendered: another source).
+
+    The k8s-at-home pattern (toboshii/home-ops): a GitRepository of prometheus-community/helm-charts whose
+    `spec.ignore` keeps only `!/charts/kube-prometheus-stack/crds`, and a Kustomization (`wait: true`) applying
+    it. source-controller ships only the kept paths, so the tier applies that chart's CRDs: as known from the
+    knowledge base (the chart's groups), never read. Judged from the tier's `path` and the source's kept paths.
+    """
+    sources = {(m.ref.kind, m.ref.namespace, m.ref.name): m for f in facts.values() for m in f.chart_sources}
+    out = []
+    for tid, tier in render.tiers.items():
+        source = tier.spec.source
+        if tier.rendered or tier.failed or source.kind != "GitRepository":
+            continue
+        repository = sources.get((source.kind, source.namespace, source.name))
+        spec = repository.body.get("spec") if repository is not None else None
+        if not isinstance(spec, Mapping):
+            continue
+        ignore = raw if isinstance(raw := spec.get("ignore"), str) else ""
+        kept = [line.strip()[1:].strip("/") for line in ignore.splitlines() if line.strip().startswith("!")]
+        for place in (tier.spec.path, *kept):
+            match = _CHART_CRDS.search(place or "")
+            rule = knowledge.chart_rule(match.group(1)) if match else None
+            if rule is not None and not rule.at_runtime:
+                out.append((tid, f"CRDs of chart {rule.chart} ({place} of GitRepository {source.namespace}/{source.name})", rule))
+                break
+    return out

@@ -965,6 +965,37 @@ def test_unknown_kind_judged_by_the_graph(files, expected, needle):
     assert any(needle in m for m in messages(report, "unknown-kind")), messages(report, "unknown-kind")
 
 
+# toboshii/home-ops: the `crds` tier applies `crds-kube-prometheus-stack`, a Kustomization of a GitRepository of
+# prometheus-community/helm-charts that keeps only `charts/kube-prometheus-stack/crds`; `apps` runs
+# kube-prometheus-stack's chart and applies PrometheusRules.
+KPS_CRDS_SOURCE = [
+    obj("source.toolkit.fluxcd.io/v1", "GitRepository", "kube-prometheus-stack-source", "flux-system", spec={
+        "interval": "12h", "url": "https://github.com/prometheus-community/helm-charts.git", "ref": {"tag": "kube-prometheus-stack-39.4.0"},
+        "ignore": "# exclude all\n/*\n# include crd directory\n!/charts/kube-prometheus-stack/crds\n",
+    }),
+    ks("crds-kube-prometheus-stack", "./charts/kube-prometheus-stack/crds", source="kube-prometheus-stack-source", wait=True),
+]
+KPS_RULE = obj("monitoring.coreos.com/v1", "PrometheusRule", "flux", "default", spec={"groups": []})
+KPS_RELEASE = obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", "kube-prometheus-stack", "monitoring", spec={
+    "interval": "1h", "chart": {"spec": {"chart": "kube-prometheus-stack", "sourceRef": {"kind": "HelmRepository", "name": "prometheus-community"}}},
+})
+
+
+@pytest.mark.parametrize("a_wait, check, severity", [
+    pytest.param(True, None, None, id="waited-crds-tier-orders-them"),
+    pytest.param(False, "crd-not-ordered", Severity.WARNING, id="crds-tier-not-waited-can-race"),
+])
+def test_a_chart_s_crds_applied_from_its_own_repository_provide_them(a_wait, check, severity):
+    """The PrometheusRule beside kube-prometheus-stack's HelmRelease is no deadlock (second-order-crd) when a
+    dependency applies the chart's crds/ from its repository: that tier provides them (as known), and only its
+    ordering is judged."""
+    files = two_tiers(KPS_CRDS_SOURCE, [KPS_RELEASE, KPS_RULE], b_depends=["a"], a_wait=a_wait)
+    report = run(files)
+    judged = {(f.check, f.severity) for f in report.findings if f.check in ("second-order-crd", "crd-not-ordered", "unknown-kind") and "PrometheusRule" in f.message}
+    assert ("second-order-crd", Severity.ERROR) not in judged, [f.message for f in report.findings]
+    assert {(c, sv) for c, sv in judged if sv is not Severity.INFO} == ({(check, severity)} if check else set()), [f.message for f in report.findings]
+
+
 def test_unknown_kind_is_one_finding_per_kind_listing_tiers():
     files = repo(
         {n: ks(n, f"./{n}") for n in ("a", "b", "c")},

@@ -56,15 +56,26 @@ class CheckContext:
         included) sorts before Kustomization.kustomize.toolkit.fluxcd.io, so it exists before the
         child Kustomization object does. Not for what a controller makes later (see `waits_for`).
         """
-        return self.graph.depends_on(tier, provider_tier) or self.is_ancestor(provider_tier, tier)
+        return self.waits_for(tier, provider_tier) or self.is_ancestor(provider_tier, tier)
 
     def waits_for(self, tier: TierId, provider_tier: TierId) -> bool:
-        """Whether Flux holds `tier` until `provider_tier` is Ready: only a dependsOn does.
+        """Whether Flux holds `tier` until `provider_tier` is Ready: a dependsOn does, and so does a dependsOn on
+        a waited parent of it.
 
-        A child exists (and reconciles) as soon as its parent's apply writes it, before the parent's
-        own health checks or `wait` have run.
+        A child exists (and reconciles) as soon as its parent's apply writes it, before the parent's own health
+        checks have run; but a parent with `wait: true` health-checks every object it applied, the child
+        Kustomization's Ready condition included (kustomize-controller's kstatus health check), so it is Ready
+        only after the child is: a tier depending on it waits for the child too (toboshii/home-ops' `crds`).
         """
-        return self.graph.depends_on(tier, provider_tier)
+        if self.graph.depends_on(tier, provider_tier):
+            return True
+        for parent in self.parents(provider_tier):  # nearest first: every parent up to the dependency must wait
+            spec = self.graph.specs.get(parent)
+            if spec is None or not spec.wait:
+                return False
+            if self.graph.depends_on(tier, parent):
+                return True
+        return False
 
     def is_ancestor(self, ancestor: TierId, tier: TierId) -> bool:
         """Whether `ancestor` applies `tier`, directly or through Kustomizations it applies."""
