@@ -686,11 +686,13 @@ def _distribution(snapshot: RepoTree, paths: list[str], in_git: frozenset[tuple[
         found.add("crds", api_access, f"Talos API access from Kubernetes (enabled in {api_access}): Talos serves the ServiceAccount.talos.dev CRD")
 
 
-# The built-in CNI switched off: Talos `cluster.network.cni.name: none` (talhelper `cniConfig: {name: none}`),
+# The built-in CNI switched off: Talos `cluster.network.cni.name: none` (talhelper `cniConfig: {name: none}`), or
+# `name: custom` with `urls` Talos applies itself at bootstrap (xunholy/k8s-gitops: a rendered cilium manifest),
 # k3s/RKE2 `flannel-backend: none` (or `--flannel-backend=none`). Flux's own pods need a pod network, so the
-# CNI was installed before Flux (https://www.talos.dev/latest/kubernetes-guides/network/deploying-cilium/).
+# CNI was installed before Flux (https://www.talos.dev/latest/kubernetes-guides/network/deploying-cilium/,
+# https://www.talos.dev/latest/reference/configuration/v1alpha1/config/#Config.cluster.network.cni).
 _NO_CNI = re.compile(
-    r"(?:\bcni(?:Config)?:\s*(?:\{\s*|\n\s+)name:\s*[\"']?none\b)|(?:flannel-backend[\"']?\s*[:=]\s*[\"']?none\b)",
+    r"(?:\bcni(?:Config)?:\s*(?:\{\s*|\n\s+)name:\s*[\"']?(?:none|custom)\b)|(?:flannel-backend[\"']?\s*[:=]\s*[\"']?none\b)",
     re.I,
 )
 CNI_CHARTS = frozenset({"cilium", "calico", "tigera-operator", "flannel", "canal", "kube-ovn", "antrea", "kube-router", "weave-net"})

@@ -313,6 +313,20 @@ def _set_index(items: list[Any], index: int, value: Any) -> list[Any]:
     return items
 
 
+def values_without_secrets(values: ComposedValues) -> dict[str, Any]:
+    """The composed values with every leaf that came from a Secret masked: safe to keep and to judge by key."""
+    def walk(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, str) and node in values.from_secrets:
+            return SECRET_MASK.format(name=f"values from Secret {values.from_secrets[node]}")
+        return node
+
+    return walk(values.values)
+
+
 def mask_secret_values(text: str, secrets: Mapping[str, str] | Iterable[str]) -> str:
     """Replace every value that came from a Secret (and its base64, and each long line of it) with a mask."""
     named = secrets if isinstance(secrets, Mapping) else dict.fromkeys(secrets, "")

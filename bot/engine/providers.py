@@ -77,7 +77,9 @@ class ProviderIndex:
                     continue
                 chart = chart_name(manifest, oci_urls)
                 rule = knowledge.chart_rule(chart) if chart else None
-                if rule and rule.crds_enabled((manifest.body.get("spec") or {}).get("values") or {}):
+                # Not rendered: its composed values (valuesFrom too) when the chart stage made them, else spec.values.
+                values = release.values if release is not None and release.values is not None else (manifest.body.get("spec") or {}).get("values")
+                if rule and rule.crds_enabled(values or {}):
                     self._charts.append((tier, manifest.ref, rule))
             self._packages.update(tier_facts.packages)
             for url in tier_facts.remote:

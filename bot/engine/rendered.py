@@ -193,6 +193,9 @@ class RenderedRelease:
     location: SourceLocation | None = None  # the HelmRelease's file:line
     release_name: str = ""
     namespace: str = ""
+    # Not rendered: the values helm-controller would compose (valuesFrom included, Secret values masked), which
+    # the knowledge base's CRD switch of the chart reads (`crds.enabled` from a values ConfigMap); None: not composed.
+    values: Mapping[str, Any] | None = None
 
     @property
     def rendered(self) -> bool:

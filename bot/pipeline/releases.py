@@ -44,7 +44,9 @@ from bot.engine.errors import RenderError
 from bot.engine.facts import TierFacts
 from bot.engine.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
 from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
-from bot.engine.helmvalues import DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects
+from bot.engine.helmvalues import (
+    DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects, values_without_secrets,
+)
 from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
 from bot.engine.semver import ConstraintError, resolve_version
 from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
@@ -307,8 +309,10 @@ def _render_one(
     `cached_only`: None instead of asking Helm when the render is not cached. `scope_key` names what `scoped` says.
     """
     spec = job.spec
+    values = compose_values(spec, objects)
     base = RenderedRelease(
         ref=spec.ref, tier=job.tier, outcome=Outcome.NOT_RENDERED, location=spec.origin, release_name=spec.release_name, namespace=spec.namespace,
+        values=values_without_secrets(values),
     )
     plan = spec.chart
     if isinstance(plan, ChartUnavailable):
@@ -320,7 +324,7 @@ def _render_one(
         chart = _packed(stage, snapshot, plan.chart) if plan.kind == "git" else _fetch(plan, stage.fetcher, snapshot)
     except ChartFetchError as exc:
         return replace(base, reason=f"{PLAIN_REASONS.get(exc.reason, exc.reason)}: {exc}"), []
-    values = compose_values(spec, objects)
+    base = replace(base, values=None)  # fetched: the render itself says which CRDs it installs
     findings = list(values.missing)
     source_values = _source_values(snapshot, plan) if plan.kind == "git" else None
     key = ""

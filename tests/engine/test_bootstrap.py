@@ -746,6 +746,19 @@ def test_talos_extra_manifest_bundles_and_a_disabled_cni(tmp_path: Path) -> None
     assert ("kube-system", "cilium") not in discover(kept).releases  # nothing says the built-in CNI is off
 
 
+def test_a_talos_custom_cni_was_installed_before_flux(tmp_path: Path) -> None:
+    """xunholy/k8s-gitops: `cluster.network.cni: {name: custom, urls: [cilium.yaml]}`: Talos applies the CNI at
+    bootstrap, so cilium's HelmRelease in git was installed before Flux (its operator's CRDs exist)."""
+    custom = "cluster:\n  network:\n    cni:\n      name: custom\n      urls:\n        - https://example.org/cilium.yaml\n"
+    files = {
+        "infra/kustomization.yaml": kustomization("releases.yaml", "cilium.yaml"),
+        "infra/cilium.yaml": dump(helmrelease("cilium", "kube-system", "cilium")),
+    }
+    assert ("kube-system", "cilium") in discover(repo(tmp_path / "custom", {**files, "talos/controlplane.yaml": custom})).releases
+    flannel = custom.replace("name: custom", "name: flannel")
+    assert ("kube-system", "cilium") not in discover(repo(tmp_path / "flannel", {**files, "talos/controlplane.yaml": flannel})).releases
+
+
 def test_a_talos_prometheus_operator_bundle_serves_kube_prometheus_stack_kinds(tmp_path: Path) -> None:
     """xunholy/k8s-gitops: Talos extraManifests install prometheus-operator's stripped-down-crds.yaml, and
     kube-prometheus-stack (whose crds subchart would install them too) is a HelmRelease in another tier. A

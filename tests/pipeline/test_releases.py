@@ -307,3 +307,38 @@ def test_values_from_a_config_map_are_read_again_when_it_changes(tmp_path: Path)
     assert replicas() == 3  # warm
     (repo / "apps" / "release.yaml").write_text(dump(release, values(5)))
     assert replicas() == 5
+
+
+def test_an_unrendered_chart_s_crd_switch_is_read_from_its_values_from(tmp_path: Path) -> None:
+    """xunholy/k8s-gitops: cert-manager's chart (an OCI registry, not reachable offline) reads `crds.enabled: true`
+    from a valuesFrom ConfigMap. Its CRDs come from the knowledge base, switched by the composed values: the
+    ClusterIssuer of the tier that waits for it is served (before, only `spec.values` was read: unknown-kind)."""
+    from bot.engine.chartsource import FetchPolicy
+    from bot.pipeline.releases import ChartOptions
+
+    def files(values_text: str) -> dict[str, str]:
+        return flux_repo(
+            {"infra": ks("infra", "./infra", wait=True), "apps": ks("apps", "./apps", depends_on=["infra"])},
+            {
+                "infra/kustomization.yaml": kustomization("release.yaml"),
+                "infra/release.yaml": dump(
+                    obj("source.toolkit.fluxcd.io/v1", "OCIRepository", "cert-manager", "network-system", spec={
+                        "interval": "1h", "url": "oci://quay.io/jetstack/charts/cert-manager", "ref": {"tag": "v1.19.1"},
+                    }),
+                    obj("v1", "ConfigMap", "cert-manager-values", "network-system", data={"values.yaml": values_text}),
+                    obj("helm.toolkit.fluxcd.io/v2", "HelmRelease", "cert-manager", "network-system", spec={
+                        "interval": "1h", "chartRef": {"kind": "OCIRepository", "name": "cert-manager"},
+                        "valuesFrom": [{"kind": "ConfigMap", "name": "cert-manager-values"}],
+                    }),
+                ),
+                "apps/kustomization.yaml": kustomization("issuer.yaml"),
+                "apps/issuer.yaml": dump(obj("cert-manager.io/v1", "ClusterIssuer", "letsencrypt", spec={"selfSigned": {}})),
+            },
+        )
+
+    options = CheckOptions(charts=ChartOptions(policy=FetchPolicy(offline=True)))
+    enabled = check_repository(write_tree(tmp_path / "on", files("crds:\n  enabled: true\n")), "dev", options)
+    assert any(f.check == "chart-not-rendered" for f in enabled.findings)
+    assert [f for f in enabled.findings if f.check in ("unknown-kind", "crd-not-ordered") and f.severity is not Severity.INFO] == [], [f.message for f in enabled.findings]
+    disabled = check_repository(write_tree(tmp_path / "off", files("crds:\n  enabled: false\n")), "dev", options)
+    assert any(f.check == "unknown-kind" and f.severity is Severity.WARNING for f in disabled.findings), [f.message for f in disabled.findings]
