@@ -139,7 +139,7 @@ _ENGINE_PROBE = textwrap.dedent(
     from bot.pipeline.check import CheckOptions, check_repository, tune_gc
     repo, cluster, jobs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     tune_gc()  # as the CLI and the service do
-    import bot.engine.coldstart
+    import bot.engine.tiergraph.coldstart
     simulation = [0.0]  # seconds spent in the cold-start simulation (set up, rounds, result)
     def timed(fn):
         def wrapper(*args, **kwargs):
@@ -150,7 +150,7 @@ _ENGINE_PROBE = textwrap.dedent(
                 simulation[0] += time.perf_counter() - t0
         return wrapper
     for name in ("__init__", "run", "result"):
-        setattr(bot.engine.coldstart.Simulation, name, timed(getattr(bot.engine.coldstart.Simulation, name)))
+        setattr(bot.engine.tiergraph.coldstart.Simulation, name, timed(getattr(bot.engine.tiergraph.coldstart.Simulation, name)))
     def cpu(who):
         usage = resource.getrusage(who)
         return usage.ru_utime + usage.ru_stime

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import replace
 from typing import Protocol
 
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from bot.pipeline.check import commit_clusters
 from handlers.context import BranchHeads
 

@@ -7,11 +7,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.engine.commands import CommandError, code_span, parse_commands, permits, you_have
-from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.github_limits import MAX_COMMENT
-from bot.engine.settings import RepoPolicy
-from bot.engine.webhook import CommentEvent
+from bot.engine.chatops.commands import CommandError, code_span, parse_commands, permits, you_have
+from bot.engine.core.errors import FluxwardenError, InfraError
+from bot.engine.core.github_limits import MAX_COMMENT
+from bot.engine.chatops.settings import RepoPolicy
+from bot.engine.chatops.webhook import CommentEvent
 from handlers.clusters import with_clusters
 from handlers.context import BotContext, Invocation
 from handlers.registry import REGISTRY, entry_for

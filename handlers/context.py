@@ -9,14 +9,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Awaitable, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
-from bot.engine.errors import FluxwardenError
-from bot.engine.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
-from bot.engine.drift import DriftOptions, DriftReport
-from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
-from bot.engine.clusterobjects import ConfigFetcher
-from bot.engine.live import LiveState, ObjectFetcher
-from bot.engine.settings import GitIdentity, Limits, RepoPolicy
-from bot.engine.tierfix import TreeState
+from bot.engine.core.errors import FluxwardenError
+from bot.engine.chatops.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
+from bot.engine.livestate.drift import DriftOptions, DriftReport
+from bot.engine.chatops.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.render.clusterobjects import ConfigFetcher
+from bot.engine.livestate.live import LiveState, ObjectFetcher
+from bot.engine.chatops.settings import GitIdentity, Limits, RepoPolicy
+from bot.engine.ordering.tierfix import TreeState
 from bot.pipeline.check import CheckOptions
 from bot.pipeline.drift import RenderedCluster
 
@@ -59,7 +59,7 @@ class Counters(Protocol):
 
 
 # GitHub, one protocol per concern (bot/adapters/github.py's GitHubAdapter implements them all); the reads
-# return the frozen models of bot/engine/github_models.py, built in the adapter.
+# return the frozen models of bot/engine/chatops/github_models.py, built in the adapter.
 
 
 class Comments(Protocol):

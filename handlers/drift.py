@@ -1,7 +1,7 @@
 """Scheduled drift reports as one GitHub issue per cluster (the job bot/adapters/scheduler.py runs).
 
 Each run fetches the default branch into the mirror, renders the cluster, reads it live (read-only),
-builds the drift report (bot/engine/drift.py) and makes the repository's issue say so:
+builds the drift report (bot/engine/livestate/drift.py) and makes the repository's issue say so:
 
 * one issue per cluster — title "Drift report: <cluster>", label `fluxwarden:drift`, the hidden marker
   `<!-- fluxwarden:drift:<cluster> -->` as the body's first line — found again by label, marker and
@@ -32,12 +32,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
-from bot.engine import markdown as md
-from bot.engine.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
-from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.jobs import DriftKey, Submitted
-from bot.engine.model import plural
-from bot.engine.settings import DriftPolicy
+from bot.engine.core import markdown as md
+from bot.engine.livestate.drift import DriftOptions, DriftReport, format_duration, format_markdown, format_time, parse_time
+from bot.engine.core.errors import FluxwardenError, InfraError
+from bot.engine.chatops.jobs import DriftKey, Submitted
+from bot.engine.core.model import plural
+from bot.engine.chatops.settings import DriftPolicy
 from bot.pipeline.check import CheckOptions
 from bot.pipeline.drift import RenderedCluster, render_cluster, utcnow
 from handlers.context import Counters, Dispatcher, DriftGit, DriftGitHub, Live, Settings
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "fluxwarden:drift"
 TITLE = "Drift report: {cluster}"
-MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.engine.markdown.comment (DriftReport.marker)
+MARKER = "fluxwarden:drift:{cluster}"  # the cluster through bot.engine.core.markdown.comment (DriftReport.marker)
 STATE_TAG = "fluxwarden:drift-state"
 MAX_REMEMBERED = 300  # items whose first-seen time the issue keeps (the body has room for about that many)
 SCHEDULED = "scheduled"  # every firing is the same version: one still running is joined, never cancelled
@@ -122,7 +122,7 @@ def with_memory(body: str, memory: IssueMemory) -> str:
 
 
 class IssueLike(Protocol):
-    """What deciding on an issue reads of it (bot/engine/github_models.py's IssueInfo, or a test's own)."""
+    """What deciding on an issue reads of it (bot/engine/chatops/github_models.py's IssueInfo, or a test's own)."""
 
     @property
     def number(self) -> int: ...

@@ -11,11 +11,11 @@ import asyncio
 import logging
 from typing import Protocol
 
-from bot.engine import markdown as md
-from bot.engine.commands import FixTierOrderCommand
-from bot.engine.errors import InfraError
-from bot.engine.jobs import FixTierOrderKey, Submitted
-from bot.engine.webhook import CommentEvent
+from bot.engine.core import markdown as md
+from bot.engine.chatops.commands import FixTierOrderCommand
+from bot.engine.core.errors import InfraError
+from bot.engine.chatops.jobs import FixTierOrderKey, Submitted
+from bot.engine.chatops.webhook import CommentEvent
 from handlers.context import CommandResult, Counters, Dispatcher, Invocation
 from handlers.tier_order import TierOrderContext, TierOrderOutcome, TierOrderTarget, run_tier_order
 

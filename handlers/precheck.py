@@ -18,17 +18,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from bot.engine import markdown as md
-from bot.engine.errors import FluxwardenError, InfraError, UserError
-from bot.engine.github_models import CheckAnnotation
-from bot.engine.github_limits import MAX_CHECK_TEXT, MAX_STATUS_DESCRIPTION
-from bot.engine.jobs import PrecheckPlan
-from bot.engine.model import Cause, Finding, Severity, plural
-from bot.engine.review import ALWAYS_NEW, ClusterReview
+from bot.engine.core import markdown as md
+from bot.engine.core.errors import FluxwardenError, InfraError, UserError
+from bot.engine.chatops.github_models import CheckAnnotation
+from bot.engine.core.github_limits import MAX_CHECK_TEXT, MAX_STATUS_DESCRIPTION
+from bot.engine.chatops.jobs import PrecheckPlan
+from bot.engine.core.model import Cause, Finding, Severity, plural
+from bot.engine.reporting.review import ALWAYS_NEW, ClusterReview
 from bot.pipeline.review import review_repository
-from bot.engine.review_report import format_review_markdown, review_verdict
+from bot.engine.reporting.review_report import format_review_markdown, review_verdict
 from bot.pipeline.check import CheckOptions
-from bot.engine.live import LiveState, ObjectFetcher
+from bot.engine.livestate.live import LiveState, ObjectFetcher
 from handlers.context import Counters, Live, PrecheckGit, PrecheckGitHub
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def result_state(review: ClusterReview, link_base: str | None = None, base: str 
     stopped = resource_failure(review)
     # A build stopped by a limit (timed out, killed, output cap) says nothing about the PR, new or not
     # (killed on both sides even pairs up as "pre-existing"): it is `error`, never `failure` nor `success`;
-    # so is what it left unrendered (bot.engine.review.ALWAYS_NEW).
+    # so is what it left unrendered (bot.engine.reporting.review.ALWAYS_NEW).
     new_errors = sum(
         1 for f in review.findings
         if f.new and f.finding.severity == Severity.ERROR and not _stopped(f.finding) and not (stopped is not None and f.finding.check in ALWAYS_NEW)

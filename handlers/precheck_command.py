@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from bot.engine.commands import PrecheckCommand, permits, you_have
-from bot.engine.errors import InfraError
-from bot.engine.jobs import PrecheckPlan
-from bot.engine.webhook import CommentEvent
+from bot.engine.chatops.commands import PrecheckCommand, permits, you_have
+from bot.engine.core.errors import InfraError
+from bot.engine.chatops.jobs import PrecheckPlan
+from bot.engine.chatops.webhook import CommentEvent
 from handlers.context import CommandResult, Invocation, Prechecks
 from handlers.retry import PullReadContext, read_pull_request
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Awaitable, Callable, Protocol
 
-from bot.engine.errors import InfraError
-from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
-from bot.engine.settings import Backoff
+from bot.engine.core.errors import InfraError
+from bot.engine.chatops.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.chatops.settings import Backoff
 from handlers.context import Claims, LabelledCounter
 from handlers.precheck import (
     OPERATIONS, STOPPED_THE_CHECKER, DesiredState, Precheck, error_state, interrupted_description, running_state, status_context,
@@ -79,7 +79,7 @@ class PrecheckRuns:
     queue: RunSlots
     metrics: RunCounters
     claims: Claims | None = None  # several replicas: claim each run on GitHub first (bot/service/claims.py)
-    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (see engine.settings.Backoff)
+    final_retry: float = 5.0  # first wait before writing again a final state GitHub refused (see engine.chatops.settings.Backoff)
     _claimed: dict[tuple[PrecheckKey, str], asyncio.Task[bool]] = field(default_factory=dict, repr=False)  # the task writing a run's running state
     _finalising: dict[PrecheckKey, asyncio.Task[None]] = field(default_factory=dict, repr=False)  # the task writing a refused final state again
 

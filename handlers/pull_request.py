@@ -10,10 +10,10 @@ import asyncio
 import logging
 from typing import Protocol
 
-from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.jobs import PrecheckPlan
-from bot.engine.settings import RepoPolicy
-from bot.engine.webhook import PullRequestEvent
+from bot.engine.core.errors import FluxwardenError, InfraError
+from bot.engine.chatops.jobs import PrecheckPlan
+from bot.engine.chatops.settings import RepoPolicy
+from bot.engine.chatops.webhook import PullRequestEvent
 from handlers.clusters import with_clusters
 from handlers.context import BranchHeads, Claims, Prechecks, RetargetGitHub, Settings
 from handlers.precheck import cluster_of_context, retargeted_description

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bot.engine.jobs import Submitted, TierOrderKey
-from bot.engine.webhook import NULL_SHA, PushEvent
+from bot.engine.chatops.jobs import Submitted, TierOrderKey
+from bot.engine.chatops.webhook import NULL_SHA, PushEvent
 from handlers.context import Dispatcher
 from handlers.tier_order import TierOrderContext, TierOrderTarget, run_tier_order
 

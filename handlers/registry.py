@@ -1,6 +1,6 @@
 """Every command: its handler, its help summary and who may use it; checked against the parser at start-up.
 
-A new command is one entry here, its handler module, and its syntax in bot/engine/commands.py (SYNTAX).
+A new command is one entry here, its handler module, and its syntax in bot/engine/chatops/commands.py (SYNTAX).
 `/fluxwarden help` is answered from this table.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-from bot.engine import markdown as md
-from bot.engine.commands import PERMISSION_ORDER, SYNTAX, Command, CommandSyntax, HelpCommand, command_name, help_text, who
-from bot.engine.settings import RepoPolicy
-from bot.engine.webhook import CommentEvent
+from bot.engine.core import markdown as md
+from bot.engine.chatops.commands import PERMISSION_ORDER, SYNTAX, Command, CommandSyntax, HelpCommand, command_name, help_text, who
+from bot.engine.chatops.settings import RepoPolicy
+from bot.engine.chatops.webhook import CommentEvent
 from handlers.context import BotContext, CommandResult, Invocation
 from handlers.fix_tier_order import on_fix_tier_order
 from handlers.precheck_command import on_precheck
@@ -24,7 +24,7 @@ CommandHandler = Callable[[CommentEvent, Any, BotContext, Invocation], Awaitable
 class CommandEntry:
     """One command: what runs it, what help says about it, and the permission it needs."""
 
-    name: str  # its name in bot/engine/commands.py's SYNTAX
+    name: str  # its name in bot/engine/chatops/commands.py's SYNTAX
     handler: CommandHandler
     summary: str
     permission: str  # the repository permission it needs (read|triage|write|maintain|admin)
@@ -80,7 +80,7 @@ def check_registry(syntax: Sequence[CommandSyntax] = SYNTAX, registry: Sequence[
         raise RegistryError(f"command(s) without a handler in handlers/registry.py: {', '.join(missing)}")
     unknown = [name for name in handled if name not in parsed]
     if unknown:
-        raise RegistryError(f"handler(s) for command(s) the parser does not know (bot/engine/commands.py): {', '.join(unknown)}")
+        raise RegistryError(f"handler(s) for command(s) the parser does not know (bot/engine/chatops/commands.py): {', '.join(unknown)}")
     for entry in registry:
         if entry.permission not in PERMISSION_ORDER[1:]:
             raise RegistryError(f"command {entry.name}: permission must be one of {', '.join(PERMISSION_ORDER[1:])}")

@@ -20,10 +20,10 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
-from bot.engine.errors import FluxwardenError, InfraError
-from bot.engine.github_models import PullRequestInfo
-from bot.engine.jobs import PrecheckKey, PrecheckPlan, precheck_version
-from bot.engine.settings import RepoPolicy
+from bot.engine.core.errors import FluxwardenError, InfraError
+from bot.engine.chatops.github_models import PullRequestInfo
+from bot.engine.chatops.jobs import PrecheckKey, PrecheckPlan, precheck_version
+from bot.engine.chatops.settings import RepoPolicy
 from handlers.clusters import with_clusters
 from handlers.context import BranchHeads, Claims, Prechecks, RestartGitHub, Settings
 from handlers.precheck import INTERRUPTED, RESUMED, status_context

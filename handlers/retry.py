@@ -1,7 +1,7 @@
 """The GitHub reads a command waits on (the commenter's permission, the pull request), tried again on a fault.
 
 A burst of 5xx answers must not end a `/precheck` in "please try again" after the adapter's few seconds of
-retries: the read is tried again with the backoff of the final writes (engine.settings.Backoff) until
+retries: the read is tried again with the backoff of the final writes (engine.chatops.settings.Backoff) until
 `Limits.read_retry_seconds` have passed. An answer (a 404, a 403, a rate limit past its wait) is not retried.
 """
 
@@ -12,9 +12,9 @@ import logging
 import time
 from typing import Callable, Protocol, TypeVar
 
-from bot.engine.errors import GitHubError
-from bot.engine.github_models import PullRequestInfo
-from bot.engine.settings import Backoff
+from bot.engine.core.errors import GitHubError
+from bot.engine.chatops.github_models import PullRequestInfo
+from bot.engine.chatops.settings import Backoff
 from handlers.context import Permissions, PullRequestReads, Settings
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Protocol
 
-from bot.engine import markdown as md
-from bot.engine.errors import FluxwardenError, InfraError, InputError, UserError
-from bot.engine.github_models import BranchPullRequest
-from bot.engine.model import plural
-from bot.engine.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes
+from bot.engine.core import markdown as md
+from bot.engine.core.errors import FluxwardenError, InfraError, InputError, UserError
+from bot.engine.chatops.github_models import BranchPullRequest
+from bot.engine.core.model import plural
+from bot.engine.ordering.tierfix import BRANCH, StaleCommit, TierFix, TierOrderConflict, TreeState, first_stale, graph_changes
 from bot.pipeline.tier_state import read_tree_state
 from bot.pipeline.check import CheckOptions
 from handlers.context import Settings, TierOrderGit, TierOrderGitHub, TierOrderMemo

@@ -37,21 +37,22 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
 ENGINE_PURE = "The engine is pure"
 LAYERS = "Layers:"
 CYCLES = "No package cycles"
+FLOORS = "The engine's floors"
 
 
 @pytest.mark.parametrize(
     ("module", "line", "contract", "broken"),
     [
         # the engine's allowlist: every name of an import line, every submodule a `from` line names
-        ("bot/engine/model.py", "import subprocess", ENGINE_PURE, "bot.engine.model (l.{n}) imports subprocess"),
-        ("bot/engine/model.py", "import json, subprocess", ENGINE_PURE, "bot.engine.model (l.{n}) imports subprocess"),
-        ("bot/engine/model.py", "import json; import os.path", ENGINE_PURE, "bot.engine.model (l.{n}) imports os.path"),
-        ("bot/engine/graph.py", "from urllib.request import urlopen", ENGINE_PURE, "bot.engine.graph (l.{n}) imports urllib.request"),
-        ("bot/engine/graph.py", "from urllib import parse, request", ENGINE_PURE, "bot.engine.graph (l.{n}) imports urllib.request"),
-        ("bot/engine/graph.py", "from importlib import import_module", ENGINE_PURE, "bot.engine.graph (l.{n}) imports importlib.import_module"),
-        ("bot/engine/flux.py", "from helm_python import Chart", ENGINE_PURE, "bot.engine.flux (l.{n}) imports helm_python"),
+        ("bot/engine/core/model.py", "import subprocess", ENGINE_PURE, "bot.engine.core.model (l.{n}) imports subprocess"),
+        ("bot/engine/core/model.py", "import json, subprocess", ENGINE_PURE, "bot.engine.core.model (l.{n}) imports subprocess"),
+        ("bot/engine/core/model.py", "import json; import os.path", ENGINE_PURE, "bot.engine.core.model (l.{n}) imports os.path"),
+        ("bot/engine/tiergraph/graph.py", "from urllib.request import urlopen", ENGINE_PURE, "bot.engine.tiergraph.graph (l.{n}) imports urllib.request"),
+        ("bot/engine/tiergraph/graph.py", "from urllib import parse, request", ENGINE_PURE, "bot.engine.tiergraph.graph (l.{n}) imports urllib.request"),
+        ("bot/engine/tiergraph/graph.py", "from importlib import import_module", ENGINE_PURE, "bot.engine.tiergraph.graph (l.{n}) imports importlib.import_module"),
+        ("bot/engine/render/flux.py", "from helm_python import Chart", ENGINE_PURE, "bot.engine.render.flux (l.{n}) imports helm_python"),
         # layers, bench/ on top
-        ("bot/engine/diff.py", "from bot.pipeline import check", LAYERS, "bot.engine is not allowed to import bot.pipeline"),
+        ("bot/engine/reporting/diff.py", "from bot.pipeline import check", LAYERS, "bot.engine is not allowed to import bot.pipeline"),
         ("bot/adapters/kube.py", "import handlers.registry", LAYERS, "bot.adapters is not allowed to import handlers"),
         ("bot/service/cli.py", "import bench.synth", LAYERS, "bot.service is not allowed to import bench"),
         # handlers get adapters from the composition root, never by import
@@ -72,8 +73,15 @@ CYCLES = "No package cycles"
         ("handlers/drift.py", "import prometheus_client", "prometheus_client", "handlers.drift -> prometheus_client (l.{n})"),
         ("bot/pipeline/renderer.py", "import multiprocessing", "Worker processes", "bot.pipeline.renderer -> multiprocessing (l.{n})"),
         ("bot/adapters/kube.py", "import http.client", "Chart fetching", "bot.adapters.kube -> http (l.{n})"),
-        # cycles between the modules of a layer
-        ("bot/engine/model.py", "from bot.engine import review_report", CYCLES, ".model -> .review_report"),
+        # the engine's floors: a floor imports only the floors below it, the two folders of one floor never each other
+        ("bot/engine/core/model.py", "from bot.engine.reporting import review_report", FLOORS, "bot.engine.core.model -> bot.engine.reporting.review_report (l.{n})"),
+        ("bot/engine/render/flux.py", "from bot.engine.tiergraph.graph import TierGraph", FLOORS, "bot.engine.render.flux -> bot.engine.tiergraph.graph (l.{n})"),
+        ("bot/engine/render/yamlio.py", "from bot.engine.ordering import tierorder", FLOORS, "bot.engine.render.yamlio -> bot.engine.ordering.tierorder (l.{n})"),
+        ("bot/engine/livestate/live.py", "import bot.engine.reporting.diff", FLOORS, "bot.engine.livestate.live -> bot.engine.reporting.diff (l.{n})"),
+        ("bot/engine/tiergraph/checks/names.py", "from bot.engine.chatops import commands", FLOORS, "bot.engine.tiergraph.checks.names -> bot.engine.chatops.commands (l.{n})"),
+        # cycles: between the floors of the engine, between the modules of a floor, of other layers
+        ("bot/engine/core/model.py", "from bot.engine.reporting import review_report", CYCLES, "- .core -> .reporting (1 import)"),
+        ("bot/engine/core/model.py", "from bot.engine.core import findings", CYCLES, ".model -> .findings"),
         ("bot/pipeline/memo.py", "from bot.pipeline import review", CYCLES, ".memo -> .review"),
         ("handlers/context.py", "import handlers.precheck", CYCLES, "No cycles are allowed in handlers"),
     ],

@@ -9,7 +9,7 @@ import pytest
 
 from bench.synth import generate, touch_one_tier
 from bot.pipeline.check import CheckOptions, check_repository
-from bot.engine.model import Severity
+from bot.engine.core.model import Severity
 
 TIERS, OBJECTS = 6, 60
 

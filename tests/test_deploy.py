@@ -15,7 +15,7 @@ import yaml
 
 from bot.pipeline.check import CheckOptions, check_repository
 from bot.adapters.kustomize import locate_kustomize, run_build
-from bot.engine.model import Severity
+from bot.engine.core.model import Severity
 from bot.service.settings import load_service_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bot.engine.config import cluster_entry
+from bot.engine.render.config import cluster_entry
 from bot.pipeline.session import Session
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import build_snapshot

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from bot.engine import chartsource as cs
-from bot.engine import yamlio
-from bot.engine.chartsource import ChartFetchError, Credential, Endpoint, FetchedChart, FetchPolicy, OciReference
-from bot.engine.errors import InputError
+from bot.engine.render import chartsource as cs
+from bot.engine.render import yamlio
+from bot.engine.render.chartsource import ChartFetchError, Credential, Endpoint, FetchedChart, FetchPolicy, OciReference
+from bot.engine.core.errors import InputError
 
 __all__ = ["ChartFetcher", "ChartFetchError", "Credential", "FetchPolicy", "FetchedChart"]
 

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlsplit
 import git
 
 from bot.adapters.cache import BuildCache, versioned_key
-from bot.engine.errors import InfraError, InputError, UserError
+from bot.engine.core.errors import InfraError, InputError, UserError
 from bot.adapters.workspace import Snapshot, TreeEntry, TreeListing, build_snapshot, lazy_snapshot, list_commit
 
 log = logging.getLogger(__name__)

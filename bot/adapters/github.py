@@ -61,9 +61,9 @@ from github import Auth, Github, GithubException, GithubIntegration
 from github.CommitStatus import CommitStatus as _GhCommitStatus
 from github.PaginatedList import PaginatedList
 
-from bot.engine.errors import ConfigError, GitHubError
-from bot.engine.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
-from bot.engine.github_limits import ANNOTATIONS_PER_REQUEST, MAX_CHECK_TEXT, MAX_CHECK_TITLE, MAX_COMMENT, MAX_STATUS_DESCRIPTION
+from bot.engine.core.errors import ConfigError, GitHubError
+from bot.engine.chatops.github_models import BranchPullRequest, CheckAnnotation, IssueInfo, PullRequestInfo, RepositoryInfo, StatusInfo
+from bot.engine.core.github_limits import ANNOTATIONS_PER_REQUEST, MAX_CHECK_TEXT, MAX_CHECK_TITLE, MAX_COMMENT, MAX_STATUS_DESCRIPTION
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from bot.adapters.workers import WorkerError, WorkerMemoryExceeded, WorkerPool, WorkerTimeout
-from bot.engine.chartrender import (
+from bot.engine.render.chartrender import (
     ChartRenderFailure,
     ChartRenderRequest,
     ChartRenderResult,
@@ -28,8 +28,8 @@ from bot.engine.chartrender import (
     mentions_unseeded,
     stabilise_text,
 )
-from bot.engine.errors import InfraError
-from bot.engine.helmvalues import merge_maps
+from bot.engine.core.errors import InfraError
+from bot.engine.render.helmvalues import merge_maps
 
 if TYPE_CHECKING:
     from helm_python import Chart

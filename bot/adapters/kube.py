@@ -29,10 +29,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
-from bot.engine.clusterobjects import ClusterObject, ConfigKey, object_data
-from bot.engine.errors import InfraError
-from bot.engine.live import LiveBody, LiveCrd, LiveKustomization, LiveObject, LiveSource, LiveState, ObjectRead
-from bot.engine.model import ObjectRef, SourceRef
+from bot.engine.render.clusterobjects import ClusterObject, ConfigKey, object_data
+from bot.engine.core.errors import InfraError
+from bot.engine.livestate.live import LiveBody, LiveCrd, LiveKustomization, LiveObject, LiveSource, LiveState, ObjectRead
+from bot.engine.core.model import ObjectRef, SourceRef
 
 KUSTOMIZE_API = ("kustomize.toolkit.fluxcd.io", "v1")
 SOURCE_GROUP = "source.toolkit.fluxcd.io"

@@ -19,7 +19,7 @@ from typing import IO
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.memory import LIMIT_PREFIX, RENDERS, Grant, RendersStopped
-from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
+from bot.engine.core.errors import BuildStopped, KustomizeNotFound, RenderError
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 # The Go runtime reserves address space it never touches: a build's address space may be the render budget plus
@@ -101,7 +101,7 @@ class KustomizeBinary:
         # Deliberately no --enable-helm, --enable-alpha-plugins or --enable-exec: a PR is untrusted input.
         # No load restrictor, as kustomize-controller builds (fluxcd/pkg kustomize Build: LoadRestrictionsNone):
         # a kustomization may name files outside its own directory. The repository root is the boundary
-        # instead: every file reference is checked before kustomize runs (bot/engine/generate.py), and kustomize
+        # instead: every file reference is checked before kustomize runs (bot/engine/render/generate.py), and kustomize
         # only sees the sanitised snapshot.
         restrictor = ["--load-restrictor", "LoadRestrictionsNone"]
         return [self.path, "kustomize", directory, *restrictor] if self.embedded else [self.path, "build", directory, *restrictor]

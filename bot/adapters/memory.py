@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from bot.engine.errors import InfraError
+from bot.engine.core.errors import InfraError
 
 POLL_SECONDS = 0.05  # how often running renders are measured (and waiting ones reconsidered)
 DEFAULT_RESERVATION = 256 * 1024**2  # a kind's reservation before any render of it was measured

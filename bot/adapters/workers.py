@@ -18,7 +18,7 @@ from queue import SimpleQueue
 from typing import Any, Callable
 
 from bot.adapters.memory import RENDERS, RenderBudget, RendersStopped, rss_of
-from bot.engine.errors import InfraError
+from bot.engine.core.errors import InfraError
 
 # Spawn only: a forked child of a process that loaded the Go runtime (the Helm SDK) inherits its threads'
 # locks in whatever state they were, and hangs or crashes; a spawned one starts a fresh interpreter.

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
-from bot.engine.config import RepoConfig, load_repo_config
+from bot.engine.render.config import RepoConfig, load_repo_config
 from bot.adapters.sourceignore import IgnoreRules
-from bot.engine.errors import ConfigError
-from bot.engine.generate import NO_REMOTE, BuildLayout, KustomizationIndex, RemotePlan, build_layout
-from bot.engine.model import TierSpec
-from bot.engine.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, RepoTree, blob_id, normalise_repo_path
-from bot.engine.yamlio import MAX_FILE_BYTES
+from bot.engine.core.errors import ConfigError
+from bot.engine.render.generate import NO_REMOTE, BuildLayout, KustomizationIndex, RemotePlan, build_layout
+from bot.engine.core.model import TierSpec
+from bot.engine.core.tree import CONFIG_FILE, KUSTOMIZATION_FILES, RefusedPath, RepoTree, blob_id, normalise_repo_path
+from bot.engine.render.yamlio import MAX_FILE_BYTES
 
 
 # source-controller excludes these from every GitRepository artifact (fluxcd/pkg sourceignore `VCSPatterns`).
@@ -561,7 +561,7 @@ def lazy_snapshot(tree_oid: str, listing: TreeListing, read_blob: Callable[[str]
 
 
 class BootstrapView:
-    """A snapshot with the files only ignore rules hid (implements engine/tree.RepoTree): what a bootstrap run
+    """A snapshot with the files only ignore rules hid (implements engine/core/tree.RepoTree): what a bootstrap run
     from the checkout reads. Hidden files are read when asked, within MAX_HIDDEN_READS files and MAX_HIDDEN_BYTES."""
 
     def __init__(

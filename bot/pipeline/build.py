@@ -17,15 +17,15 @@ import yaml
 from bot.adapters.kustomize import KustomizeBinary, binary_failure, run_build
 from bot.adapters.memory import LIMIT_PREFIX
 from bot.adapters.workspace import Snapshot, write_build_root
-from bot.engine.errors import BuildStopped, InputError, KustomizeNotFound, LimitError, RenderError
-from bot.engine.facts import ObjectStub
-from bot.engine.finish import parse_output
-from bot.engine.flux import OperatorSync
-from bot.engine.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, RemotePlan
-from bot.engine.model import Cause, Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
-from bot.engine.rendered import DocumentIndex, RawTier, build_key, render_failed, render_limit, unsafe_path
-from bot.engine.tree import normalise_repo_path
-from bot.engine.yamlio import FastSafeLoader, find_duplicate_key
+from bot.engine.core.errors import BuildStopped, InputError, KustomizeNotFound, LimitError, RenderError
+from bot.engine.render.facts import ObjectStub
+from bot.engine.render.finish import parse_output
+from bot.engine.render.flux import OperatorSync
+from bot.engine.render.generate import _REMOTE as REMOTE_REFERENCE, KustomizationIndex, RemotePlan
+from bot.engine.core.model import Cause, Finding, Manifest, Severity, SourceLocation, TierId, TierSpec
+from bot.engine.render.rendered import DocumentIndex, RawTier, build_key, render_failed, render_limit, unsafe_path
+from bot.engine.core.tree import normalise_repo_path
+from bot.engine.render.yamlio import FastSafeLoader, find_duplicate_key
 from bot.pipeline.memo import BuildMemo, ContentHasher, LineMemo
 
 

@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.adapters.memory import check_stop
-from bot.engine.bootstrap import Bootstrap, discover_bootstrap
-from bot.engine.checks import CheckContext
-from bot.engine.config import ClusterEntry, RepoConfig, cluster_entries, cluster_entry, known_clusters
-from bot.engine.errors import UserError
-from bot.engine.graph import TierGraph
-from bot.engine.knowledge import default_knowledge
-from bot.engine.model import TierId
-from bot.engine.live import LiveProviderIndex, LiveState, evaluate_preconditions, required_tier_ids
-from bot.engine.providers import ProviderIndex
-from bot.engine.rendered import ClusterRender
-from bot.engine.report import CheckReport
-from bot.engine.verdict import apply_order, build_report, cluster_findings
+from bot.engine.tiergraph.bootstrap import Bootstrap, discover_bootstrap
+from bot.engine.tiergraph.checks import CheckContext
+from bot.engine.render.config import ClusterEntry, RepoConfig, cluster_entries, cluster_entry, known_clusters
+from bot.engine.core.errors import UserError
+from bot.engine.tiergraph.graph import TierGraph
+from bot.engine.render.knowledge import default_knowledge
+from bot.engine.core.model import TierId
+from bot.engine.livestate.live import LiveProviderIndex, LiveState, evaluate_preconditions, required_tier_ids
+from bot.engine.tiergraph.providers import ProviderIndex
+from bot.engine.render.rendered import ClusterRender
+from bot.engine.reporting.report import CheckReport
+from bot.engine.reporting.verdict import apply_order, build_report, cluster_findings
 from bot.pipeline.memo import FactsStore, FindingsMemo
 from bot.pipeline.releases import releases_key, render_releases
 from bot.pipeline.renderer import Renderer
@@ -172,7 +172,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
 def repository_clusters(repo: Path, config: RepoConfig | None = None) -> list[ClusterEntry]:
     """The clusters of the working tree at `repo` as `check` finds them, with each entry path and how it was found."""
     from bot.adapters.workspace import build_snapshot
-    from bot.engine.config import snapshot_config
+    from bot.engine.render.config import snapshot_config
 
     if not repo.is_dir():
         raise UserError(f"{repo} is not a directory")
@@ -186,9 +186,9 @@ __all__ = ["CheckOptions", "RepoConfig", "check_repositories", "check_repository
 
 def commit_clusters(repo_dir: Path, rev: str) -> tuple[str, ...]:
     """The cluster names of commit `rev` as `check` finds them: its `.fluxwarden.yaml`, else the discovery
-    (bot/engine/config.py known_clusters). The bot reads them from the base branch: a PR never decides its clusters."""
+    (bot/engine/render/config.py known_clusters). The bot reads them from the base branch: a PR never decides its clusters."""
     from bot.adapters import git as gitrepo  # GitPython: only for committed trees
-    from bot.engine.config import load_repo_config
+    from bot.engine.render.config import load_repo_config
 
     with tempfile.TemporaryDirectory(prefix="fluxwarden-clusters-") as tmp:
         with gitrepo.commit_snapshot(repo_dir, rev, Path(tmp) / "tree") as (_, snapshot):

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bot.pipeline.check import CheckOptions, check_repository
-from bot.engine.errors import UserError
+from bot.engine.core.errors import UserError
 
 CLUSTER = "prod"
 EXAMPLE = Path("examples") / "home-ops"
@@ -54,9 +54,9 @@ def seed_pr_head(example: Path, root: Path) -> str:
 
 def run_demo(example: Path | None = None, options: CheckOptions = CheckOptions()) -> tuple[str, bool]:
     """The demo's text, and whether the PR adds no error (what `check --base` would exit with)."""
-    from bot.engine.report import format_text
+    from bot.engine.reporting.report import format_text
     from bot.pipeline.review import review_repository
-    from bot.engine.review_report import format_review_text
+    from bot.engine.reporting.review_report import format_review_text
 
     source = find_example(example)
     # The demo is about the tier graph and runs the same on any machine: it fetches no chart (offline).

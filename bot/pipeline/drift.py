@@ -1,6 +1,6 @@
 """Drift end to end for one cluster: render a tree, read the cluster (read-only), build the report.
 
-The I/O around the pure comparison in bot/engine/drift.py, shared by `fluxwarden drift` (bot/service/cli.py) and the
+The I/O around the pure comparison in bot/engine/livestate/drift.py, shared by `fluxwarden drift` (bot/service/cli.py) and the
 scheduled job (handlers/drift.py): the render (kustomize, blocking: run it in a thread from async
 code), then the live reads (kubernetes-asyncio, on the caller's loop), then `build_drift_report`.
 An unreachable cluster is not an exception here: the report comes back with `error` set.
@@ -14,12 +14,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from bot.engine.config import RepoConfig, cluster_entry
-from bot.engine.drift import DriftOptions, DriftReport, build_drift_report, objects_to_read
-from bot.engine.errors import UserError
-from bot.engine.knowledge import default_knowledge
-from bot.engine.providers import ProviderIndex
-from bot.engine.rendered import ClusterRender
+from bot.engine.render.config import RepoConfig, cluster_entry
+from bot.engine.livestate.drift import DriftOptions, DriftReport, build_drift_report, objects_to_read
+from bot.engine.core.errors import UserError
+from bot.engine.render.knowledge import default_knowledge
+from bot.engine.tiergraph.providers import ProviderIndex
+from bot.engine.render.rendered import ClusterRender
 from bot.pipeline.session import CheckOptions, open_run
 
 if TYPE_CHECKING:

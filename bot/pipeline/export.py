@@ -10,12 +10,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from bot.engine.diff import SOPS_VALUE, SOPS_VALUE_MASK, mask_secret
+from bot.engine.reporting.diff import SOPS_VALUE, SOPS_VALUE_MASK, mask_secret
 from bot.pipeline.check import BuiltCluster
-from bot.engine.errors import UserError
-from bot.engine.model import Finding, Manifest, ObjectRef, TierId
-from bot.engine.rendered import RenderedRelease, RenderedTier
-from bot.engine.yamlio import GoQuoting
+from bot.engine.core.errors import UserError
+from bot.engine.core.model import Finding, Manifest, ObjectRef, TierId
+from bot.engine.render.rendered import RenderedRelease, RenderedTier
+from bot.engine.render.yamlio import GoQuoting
 
 LISTED = 10  # tier names listed in an "unknown tier" error before "and N more"
 
@@ -23,7 +23,7 @@ LISTED = 10  # tier names listed in an "unknown tier" error before "and N more"
 class _Dumper(GoQuoting, getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Safe YAML with multi-line strings as `|` blocks, as a person (and kustomize) writes them.
 
-    Strings kubectl or Flux would read as another type (`y`, `1e3`) are quoted (bot.engine.yamlio.GoQuoting).
+    Strings kubectl or Flux would read as another type (`y`, `1e3`) are quoted (bot.engine.render.yamlio.GoQuoting).
     """
 
 

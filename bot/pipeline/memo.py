@@ -17,14 +17,14 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence, overl
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.kustomize import KustomizeBinary
 from bot.adapters.workspace import Snapshot
-from bot.engine.config import RepoConfig
-from bot.engine.errors import InputError
-from bot.engine.facts import TierFacts, tier_facts
-from bot.engine.generate import RemoteEntry
-from bot.engine.knowledge import KnowledgeBase
-from bot.engine.model import Finding, Manifest, TierId, TierSpec
-from bot.engine.rendered import ClusterRender, DocumentIndex, RawDocument, RawTier, RenderedTier, TierSummary, build_key, summarise
-from bot.engine.yamlio import document_heads as read_document_heads
+from bot.engine.render.config import RepoConfig
+from bot.engine.core.errors import InputError
+from bot.engine.render.facts import TierFacts, tier_facts
+from bot.engine.render.generate import RemoteEntry
+from bot.engine.render.knowledge import KnowledgeBase
+from bot.engine.core.model import Finding, Manifest, TierId, TierSpec
+from bot.engine.render.rendered import ClusterRender, DocumentIndex, RawDocument, RawTier, RenderedTier, TierSummary, build_key, summarise
+from bot.engine.render.yamlio import document_heads as read_document_heads
 
 
 class CachedDocuments(Sequence[RawDocument]):

@@ -1,9 +1,9 @@
 """Render a cluster's HelmReleases as helm-controller would: sources resolved, charts fetched, rendered by Helm in workers.
 
 After the tiers render (bot/pipeline/renderer.py), each HelmRelease they apply is read
-(bot/engine/helmrelease.py), its chart source resolved against the objects the render holds, the archive
+(bot/engine/render/helmrelease.py), its chart source resolved against the objects the render holds, the archive
 fetched (bot/adapters/charts.py: allowed hosts only, bounded, cached by content) or packed from this
-repository, its values composed (bot/engine/helmvalues.py), and the chart rendered by Helm's own engine in
+repository, its values composed (bot/engine/render/helmvalues.py), and the chart rendered by Helm's own engine in
 a bounded worker (bot/adapters/helm.py). Renders are cached by everything that decides them. A chart that
 cannot be had is `chart-not-rendered` (grouped per source) and falls back to the knowledge base; a chart
 that fails at these values is an error, as helm-controller would fail the install.
@@ -37,27 +37,27 @@ from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.kustomize import KustomizeBinary, run_build
 from bot.adapters.workers import WorkerPool
-from bot.engine.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult, effective_values_files
-from bot.engine.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
-from bot.engine.config import RepoConfig
-from bot.engine.errors import RenderError
-from bot.engine.facts import TierFacts
-from bot.engine.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
-from bot.engine.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
-from bot.engine.helmvalues import (
+from bot.engine.render.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult, effective_values_files
+from bot.engine.render.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
+from bot.engine.render.config import RepoConfig
+from bot.engine.core.errors import RenderError
+from bot.engine.render.facts import TierFacts
+from bot.engine.render.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
+from bot.engine.render.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
+from bot.engine.render.helmvalues import (
     DEFAULT_KUBE_VERSION, ReleaseObjects, api_versions, compose_values, mask_secret_values, release_objects, values_without_secrets,
 )
-from bot.engine.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
-from bot.engine.semver import ConstraintError, resolve_version
-from bot.engine.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
-from bot.engine.scope import cluster_scoped_kinds
-from bot.engine.tree import RepoTree
+from bot.engine.core.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
+from bot.engine.render.semver import ConstraintError, resolve_version
+from bot.engine.render.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
+from bot.engine.render.scope import cluster_scoped_kinds
+from bot.engine.core.tree import RepoTree
 from bot.pipeline.progress import Progress
 
 if TYPE_CHECKING:  # imported on first fetch: HTTP, TLS and email parsing are for remote charts only
     from bot.adapters.charts import ChartFetcher
 
-# The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/facts.py).
+# The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/render/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive

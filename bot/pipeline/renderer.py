@@ -1,6 +1,6 @@
 """Render a cluster the way kustomize-controller would: entry path, then every Kustomization on this repo.
 
-The scheduling half: tiers build in a thread pool (bot/pipeline/build.py); bot/engine/clusterpass.py finishes
+The scheduling half: tiers build in a thread pool (bot/pipeline/build.py); bot/engine/render/clusterpass.py finishes
 them as their substituteFrom sources arrive and follows their children; every memo is bot/pipeline/memo.py's.
 A `Session` opens renderers.
 """
@@ -21,14 +21,14 @@ from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import KustomizeBinary
 from bot.adapters.memory import check_stop
 from bot.adapters.workspace import Snapshot
-from bot.engine.clusterobjects import ConfigFetcher
-from bot.engine.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
-from bot.engine.config import CONFIG_FILE, RepoConfig
-from bot.engine.discovery import RenderLimits, child_specs
-from bot.engine.facts import ObjectStub
-from bot.engine.flux import entry_tier
-from bot.engine.model import Finding, Manifest, SourceLocation, TierSpec
-from bot.engine.rendered import ClusterRender, RawTier, RenderedTier, build_key
+from bot.engine.render.clusterobjects import ConfigFetcher
+from bot.engine.render.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
+from bot.engine.render.config import CONFIG_FILE, RepoConfig
+from bot.engine.render.discovery import RenderLimits, child_specs
+from bot.engine.render.facts import ObjectStub
+from bot.engine.render.flux import entry_tier
+from bot.engine.core.model import Finding, Manifest, SourceLocation, TierSpec
+from bot.engine.render.rendered import ClusterRender, RawTier, RenderedTier, build_key
 from bot.pipeline.build import Locator, TierBuilder, with_ancestors
 from bot.pipeline.memo import BuildMemo, FinishMemo, LineMemo, RunMemo, TreeBuild, children_key, render_key, tree_key
 from bot.pipeline.progress import Progress

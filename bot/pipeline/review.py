@@ -8,16 +8,16 @@ from pathlib import Path
 
 from bot.adapters import git as gitrepo
 from bot.adapters.memory import check_stop
-from bot.engine.checks.graph import anchor_cycles
-from bot.engine.coldstart import compare
-from bot.engine.config import CONFIG_FILE, RepoConfig, load_repo_config
-from bot.engine.diff import ClusterDiff, diff_clusters, prune_transient_findings
-from bot.engine.errors import UserError
-from bot.engine.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
-from bot.engine.model import Finding, TierId
-from bot.engine.releases import diff_releases
-from bot.engine.review import ClusterReview, mark_new, resolved_findings, with_config_notice
-from bot.engine.verdict import build_report
+from bot.engine.tiergraph.checks.graph import anchor_cycles
+from bot.engine.tiergraph.coldstart import compare
+from bot.engine.render.config import CONFIG_FILE, RepoConfig, load_repo_config
+from bot.engine.reporting.diff import ClusterDiff, diff_clusters, prune_transient_findings
+from bot.engine.core.errors import UserError
+from bot.engine.livestate.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
+from bot.engine.core.model import Finding, TierId
+from bot.engine.reporting.releases import diff_releases
+from bot.engine.reporting.review import ClusterReview, mark_new, resolved_findings, with_config_notice
+from bot.engine.reporting.verdict import build_report
 from bot.pipeline.check import Analysis, analyse
 from bot.pipeline.renderer import PriorBuilds, Renderer
 from bot.pipeline.session import CheckOptions, open_run

@@ -19,10 +19,10 @@ from bot.adapters.cache import BuildCache, cache_budget
 from bot.adapters.kustomize import KustomizeBinary, KustomizeProbes, locate_kustomize, remember_version
 from bot.adapters.memory import release_free_memory
 from bot.adapters.workspace import Snapshot, build_snapshot
-from bot.engine.clusterobjects import ConfigFetcher
-from bot.engine.config import RepoConfig, snapshot_config, with_artifact_sources
-from bot.engine.discovery import RenderLimits
-from bot.engine.yamlio import clear_resolve_cache
+from bot.engine.render.clusterobjects import ConfigFetcher
+from bot.engine.render.config import RepoConfig, snapshot_config, with_artifact_sources
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.render.yamlio import clear_resolve_cache
 from bot.pipeline.memo import RunMemo
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions, ChartStage

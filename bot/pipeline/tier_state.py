@@ -1,4 +1,4 @@
-"""`tier-order`: a checked-out revision's tier order file and every cluster's graph, for bot/engine/tierfix.py to plan."""
+"""`tier-order`: a checked-out revision's tier order file and every cluster's graph, for bot/engine/ordering/tierfix.py to plan."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 from bot.adapters.kustomize import KustomizeProbes
 from bot.adapters.workspace import read_config_text
-from bot.engine.config import RepoConfig, known_clusters, load_repo_config
-from bot.engine.errors import TierOrderError, UserError
-from bot.engine.graph import TierGraph
-from bot.engine.tierfix import IncompleteRender, TreeState
+from bot.engine.render.config import RepoConfig, known_clusters, load_repo_config
+from bot.engine.core.errors import TierOrderError, UserError
+from bot.engine.tiergraph.graph import TierGraph
+from bot.engine.ordering.tierfix import IncompleteRender, TreeState
 from bot.pipeline.session import CheckOptions, open_run
 
 

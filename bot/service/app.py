@@ -22,7 +22,7 @@ from bot.adapters.github import GitHubAdapter
 from bot.adapters.kustomize import KustomizeProbes, allow_builds, locate_kustomize, stop_builds
 from bot.adapters.memory import set_render_memory
 from bot.adapters.scheduler import DriftScheduler, Schedule, ScheduledJob
-from bot.engine.errors import FluxwardenError
+from bot.engine.core.errors import FluxwardenError
 from bot.pipeline.check import CheckOptions
 from bot.pipeline.session import release_idle_memory, work_dirs
 from bot.service.claims import CLAIM_GRACE, Claims, pod_of

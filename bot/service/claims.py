@@ -47,9 +47,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
-from bot.engine.errors import InfraError
-from bot.engine.github_limits import MAX_STATUS_DESCRIPTION
-from bot.engine.github_models import PullRequestInfo, StatusInfo
+from bot.engine.core.errors import InfraError
+from bot.engine.core.github_limits import MAX_STATUS_DESCRIPTION
+from bot.engine.chatops.github_models import PullRequestInfo, StatusInfo
 from handlers.precheck_runs import RELEASE_TIMEOUT
 
 log = logging.getLogger(__name__)

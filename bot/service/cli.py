@@ -13,15 +13,15 @@ from typing import NoReturn, Sequence
 
 from bot import __version__
 from bot.adapters.cache import default_cache_dir
-from bot.engine.config import RepoConfig, load_repo_config
+from bot.engine.render.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
-from bot.engine.chartsource import FetchPolicy
+from bot.engine.render.chartsource import FetchPolicy
 from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions
 from bot.service.progress_line import progress_line
-from bot.engine.errors import FluxwardenError, InfraError, UserError
-from bot.engine.report import format_markdown, format_text
+from bot.engine.core.errors import FluxwardenError, InfraError, UserError
+from bot.engine.reporting.report import format_markdown, format_text
 from bot.adapters.workspace import read_config_text
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -172,7 +172,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _review(args: argparse.Namespace, options: CheckOptions) -> int:
     from bot.pipeline.review import review_repository  # GitPython is only needed for reviews
-    from bot.engine.review_report import format_review_markdown, format_review_text, review_to_json
+    from bot.engine.reporting.review_report import format_review_markdown, format_review_text, review_to_json
 
     # One configuration for both sides (--config, else the working tree's): a .fluxwarden.yaml the base
     # commit lacks (not committed yet, or added by the change) must not empty the base's render.
@@ -380,7 +380,7 @@ def _drift(args: argparse.Namespace) -> int:
     """Print the drift report once: 0 the cluster matches git, 1 drift, 2 usage or the cluster unreadable."""
     from datetime import timedelta
 
-    from bot.engine.drift import DriftOptions, format_markdown, format_text, report_to_json
+    from bot.engine.livestate.drift import DriftOptions, format_markdown, format_text, report_to_json
     from bot.pipeline.drift import drift_repository
     from bot.adapters.kube import ClusterAccess  # kubernetes-asyncio: only for commands that read a cluster
 
@@ -405,7 +405,7 @@ def _drift(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     """Print the rendered objects: 0 rendered, 1 a requested tier failed or was not rendered (findings on stderr), 2 usage."""
-    from bot.engine.verdict import nothing_rendered
+    from bot.engine.reporting.verdict import nothing_rendered
     from bot.pipeline.check import render_repository
     from bot.pipeline.export import build_findings, format_build, select_tiers, selected_releases, tier_problem
 

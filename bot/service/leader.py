@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from bot.adapters.kube import ClusterAccess
 from bot.adapters.lease import KubeLeaseStore, LeaseConflict, LeaseRecord
-from bot.engine.errors import ConfigError, InfraError
+from bot.engine.core.errors import ConfigError, InfraError
 
 if TYPE_CHECKING:
-    from bot.engine.settings import LeaderElection
+    from bot.engine.chatops.settings import LeaderElection
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 from bot.adapters.kube import ClusterAccess, ConfigReader, ObjectReader, read_live_state
-from bot.engine.clusterobjects import ConfigFetcher
-from bot.engine.drift import DriftOptions, DriftReport
-from bot.engine.live import LiveState, ObjectFetcher
+from bot.engine.render.clusterobjects import ConfigFetcher
+from bot.engine.livestate.drift import DriftOptions, DriftReport
+from bot.engine.livestate.live import LiveState, ObjectFetcher
 from bot.pipeline.drift import RenderedCluster, read_drift, utcnow
 from handlers.context import Settings
 

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from bot.engine.jobs import JobKey, Submitted
+from bot.engine.chatops.jobs import JobKey, Submitted
 
 __all__ = ["RunQueue", "Submitted"]
 

@@ -10,7 +10,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from bot.engine.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, PushEvent, parse_body, parse_event, verify_signature
+from bot.engine.chatops.webhook import CommentEvent, PayloadError, PingEvent, PullRequestEvent, PushEvent, parse_body, parse_event, verify_signature
 from bot.service.metrics import CONTENT_TYPE, Metrics
 from bot.service.runs import RunQueue
 from bot.service.settings import ServiceConfig

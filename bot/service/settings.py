@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bot.adapters.github import GitHubAuth
-from bot.engine.chartsource import Credential, FetchPolicy
-from bot.engine.errors import ConfigError, InputError
-from bot.engine.settings import (
+from bot.engine.render.chartsource import Credential, FetchPolicy
+from bot.engine.core.errors import ConfigError, InputError
+from bot.engine.chatops.settings import (
     ChartCredentialSpec, ChartSettings, DriftPolicy, GitIdentity, LeaderElection, Limits, RepoPolicy, parse_chart_settings,
     parse_bytes, parse_git_identity, parse_leader_election, parse_repo,
 )
-from bot.engine.yamlio import load_one
+from bot.engine.render.yamlio import load_one
 from bot.pipeline.releases import ChartOptions
 
 DEFAULT_API_URL = "https://api.github.com"

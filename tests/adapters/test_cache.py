@@ -121,7 +121,7 @@ def test_the_fingerprint_is_the_installed_code() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["engine/checks/crds.py", "engine/data/knowledge.yaml", "pipeline/renderer.py", "adapters/kustomize.py", "adapters/workspace.py", "adapters/sourceignore.py"]
+    "module", ["engine/tiergraph/checks/crds.py", "engine/data/knowledge.yaml", "pipeline/renderer.py", "adapters/kustomize.py", "adapters/workspace.py", "adapters/sourceignore.py"]
 )
 def test_a_change_that_can_change_a_result_changes_the_fingerprint(tmp_path: Path, module: str) -> None:
     package = _package_copy(tmp_path)

@@ -19,7 +19,7 @@ import helm_python
 import pytest
 
 from bot.adapters.charts import ChartFetcher, inspect_archive
-from bot.engine.chartsource import ChartFetchError, Credential, FetchLimits, FetchPolicy
+from bot.engine.render.chartsource import ChartFetchError, Credential, FetchLimits, FetchPolicy
 from tests.fakes.chartrepo import ChartRepo, package_chart, serve_chart_repo, write_index
 from tests.fakes.registry import BearerRegistry, Registry, auth_registry, registry, serve_bearer_registry  # noqa: F401
 

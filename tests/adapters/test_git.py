@@ -14,7 +14,7 @@ import git
 import pytest
 
 from bot.adapters import git as gitrepo
-from bot.engine.errors import InfraError, InputError, UserError
+from bot.engine.core.errors import InfraError, InputError, UserError
 from bot.adapters.git import FetchedRevisions, GitError, Mirrors, changed_files, export_tree
 from tests.fakes.service import Origin as BaseOrigin
 

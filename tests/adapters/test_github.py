@@ -13,9 +13,9 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.engine.errors import ConfigError, InfraError
+from bot.engine.core.errors import ConfigError, InfraError
 from bot.adapters.github import GitHubAdapter, GitHubAuth, GitHubError, GitHubNotFound
-from bot.engine.github_models import PullRequestInfo
+from bot.engine.chatops.github_models import PullRequestInfo
 from tests.fakes import Effect, FakeGitHub
 
 TOKEN = "ghp_" + "T0k3nS3cr3t" * 3

@@ -11,7 +11,7 @@ import yaml
 
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.workers import WorkerPool
-from bot.engine.chartrender import GENERATED, ChartRenderFailure, ChartRenderRequest, ChartRenderResult
+from bot.engine.render.chartrender import GENERATED, ChartRenderFailure, ChartRenderRequest, ChartRenderResult
 from tests.fakes.charts import chart_archive, write_chart
 
 MiB = 2**20

@@ -22,8 +22,8 @@ from bot.adapters.kube import (
     read_live_state,
     read_objects,
 )
-from bot.engine.live import CHECK_UNKNOWN, evaluate_preconditions
-from bot.engine.model import ObjectRef, Severity, SourceRef, TierId
+from bot.engine.livestate.live import CHECK_UNKNOWN, evaluate_preconditions
+from bot.engine.core.model import ObjectRef, Severity, SourceRef, TierId
 from tests.fakes.kube import FakeKube, crd, git_repository, kustomization, owned_by
 
 R1 = "main@sha1:1111111111111111111111111111111111111111"
@@ -199,7 +199,7 @@ async def test_an_unreachable_server_is_named_once(tmp_path: Path) -> None:
 
 
 async def test_error_classes_are_infra_errors(fake: FakeKube, tmp_path: Path) -> None:
-    from bot.engine.errors import InfraError
+    from bot.engine.core.errors import InfraError
 
     for cls in (KubeConfigError, KubeForbidden, KubeTimeout, KubeUnauthorized):
         assert issubclass(cls, InfraError)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.errors import BuildStopped, KustomizeNotFound, RenderError
+from bot.engine.core.errors import BuildStopped, KustomizeNotFound, RenderError
 from bot.adapters import kustomize
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import STOPPED_MESSAGES, KustomizeBinary, KustomizeProbes, locate_kustomize, run_build
@@ -388,7 +388,7 @@ def test_a_build_out_of_its_address_space_is_stopped_naming_the_limit(tmp_path: 
     """Go's "fatal error: out of memory" under the address-space cap is a limit (no verdict), not a failed render."""
     from bot.adapters.kustomize import run_build
     from bot.adapters.memory import LIMIT_PREFIX
-    from bot.engine.errors import BuildStopped
+    from bot.engine.core.errors import BuildStopped
 
     (tmp_path / "kustomization.yaml").write_text("resources: [cm.yaml]\n")
     (tmp_path / "cm.yaml").write_text(OUTPUT)

@@ -18,7 +18,7 @@ import pytest
 from bot.adapters.kustomize import KustomizeBinary, allow_builds, run_build, stop_builds
 from bot.adapters.memory import LIMIT_PREFIX, RENDERS, RenderBudget, rss_of, tree_rss
 from bot.adapters.workers import WorkerPool
-from bot.engine.errors import BuildStopped
+from bot.engine.core.errors import BuildStopped
 from tests.adapters import worker_tasks
 
 MiB = 2**20

@@ -12,12 +12,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.engine.errors import ConfigError
+from bot.engine.core.errors import ConfigError
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.adapters.scheduler import DEFAULT_INTERVAL, DriftScheduler, Schedule, ScheduledJob, ScheduleError, build_trigger
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig, load_service_config
-from bot.engine.settings import ClusterPolicy, DriftPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, DriftPolicy, RepoPolicy
 from bot.service.app import build_drift_scheduler
 from handlers.drift import LABEL
 from tests.engine.test_drift import INCIDENT, ready

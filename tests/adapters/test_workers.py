@@ -21,7 +21,7 @@ from bot.adapters.workers import (
     WorkerTaskError,
     WorkerTimeout,
 )
-from bot.engine.errors import InfraError
+from bot.engine.core.errors import InfraError
 from tests.adapters import worker_tasks as tasks
 
 MiB = 2**20

@@ -13,7 +13,7 @@ from bot.pipeline.session import Session
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.sourceignore import IgnoreRules
 from bot.adapters.workspace import DEFAULT_IGNORE, BootstrapView, Snapshot, TreeEntry, build_snapshot, lazy_snapshot, list_commit
-from bot.engine.tree import blob_id, normalise_repo_path
+from bot.engine.core.tree import blob_id, normalise_repo_path
 from tests.fluxrepo import dump, flux_repo, ks, write_tree
 
 FILES = {

@@ -7,7 +7,7 @@ images, a name prefix or suffix, a target namespace, components, generators, dir
 a path with no kustomization file) raises `NeedsKustomize`: such a case belongs to the end-to-end tests.
 
 From there the engine's own rules run as the pipeline runs them: the renderer's own pass over the cluster
-(bot/engine/clusterpass.py: substitution, ResourceSets, discovery, render limits, the entry's own spec), the
+(bot/engine/render/clusterpass.py: substitution, ResourceSets, discovery, render limits, the entry's own spec), the
 facts, the providers, the bootstrap, the checks and `cluster_findings`. tests/pipeline/test_checks_e2e.py shows that a render made here and
 one made through kustomize agree.
 """
@@ -21,23 +21,23 @@ from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import yaml
 
-from bot.engine.bootstrap import Bootstrap, discover_bootstrap
-from bot.engine.checks import CheckContext
-from bot.engine.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters, snapshot_config, with_artifact_sources
-from bot.engine.discovery import RenderLimits
-from bot.engine.facts import ObjectStub, TierFacts, tier_facts
-from bot.engine.finish import parse_output
-from bot.engine.flux import OperatorSync, entry_tier
-from bot.engine.graph import TierGraph
-from bot.engine.knowledge import KnowledgeBase, default_knowledge
-from bot.engine.model import Finding, Manifest, SourceLocation, TierId, TierSpec
-from bot.engine.providers import ProviderIndex
-from bot.engine.rendered import ORIGIN_ANNOTATION, ClusterRender, DocumentIndex, RawTier, RenderedRelease, render_failed
-from bot.engine.report import CheckReport
-from bot.engine.tree import KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
-from bot.engine.verdict import build_report, cluster_findings
-from bot.engine.yamlio import FastSafeLoader, document_heads
+from bot.engine.tiergraph.bootstrap import Bootstrap, discover_bootstrap
+from bot.engine.tiergraph.checks import CheckContext
+from bot.engine.render.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
+from bot.engine.render.config import RepoConfig, cluster_entry, known_clusters, snapshot_config, with_artifact_sources
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.render.facts import ObjectStub, TierFacts, tier_facts
+from bot.engine.render.finish import parse_output
+from bot.engine.render.flux import OperatorSync, entry_tier
+from bot.engine.tiergraph.graph import TierGraph
+from bot.engine.render.knowledge import KnowledgeBase, default_knowledge
+from bot.engine.core.model import Finding, Manifest, SourceLocation, TierId, TierSpec
+from bot.engine.tiergraph.providers import ProviderIndex
+from bot.engine.render.rendered import ORIGIN_ANNOTATION, ClusterRender, DocumentIndex, RawTier, RenderedRelease, render_failed
+from bot.engine.reporting.report import CheckReport
+from bot.engine.core.tree import KUSTOMIZATION_FILES, RefusedPath, blob_id, normalise_repo_path
+from bot.engine.reporting.verdict import build_report, cluster_findings
+from bot.engine.render.yamlio import FastSafeLoader, document_heads
 
 Files = Mapping[str, str]
 
@@ -59,7 +59,7 @@ _SPEC_FIELDS_FOR_KUSTOMIZE = ("patches", "images", "name_prefix", "name_suffix",
 
 
 class MemoryTree:
-    """A repository held in memory (implements engine/tree.RepoTree): no symlinks, nothing refused."""
+    """A repository held in memory (implements engine/core/tree.RepoTree): no symlinks, nothing refused."""
 
     def __init__(self, files: Files) -> None:
         self.files = {path: textwrap.dedent(text).lstrip("\n") for path, text in files.items()}
@@ -207,7 +207,7 @@ def _with_origin(body: Mapping[str, Any], origin: str) -> dict[str, Any]:
 
 
 class _InMemoryBuilds:
-    """A pass's builds (engine/clusterpass.py `Builds`), run one at a time when the pass takes them."""
+    """A pass's builds (engine/render/clusterpass.py `Builds`), run one at a time when the pass takes them."""
 
     def __init__(self, tree: MemoryTree) -> None:
         self.tree = tree

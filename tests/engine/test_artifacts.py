@@ -1,4 +1,4 @@
-"""ExternalArtifacts of an ArtifactGenerator mapped onto repository paths (bot/engine/artifacts.py), in memory.
+"""ExternalArtifacts of an ArtifactGenerator mapped onto repository paths (bot/engine/render/artifacts.py), in memory.
 
 The copy rules are source-watcher's (internal/builder/builder.go, its builder_test.go cases): a directory,
 with or without a trailing slash, lands at `to/<basename>`; `dir/**` puts dir's contents at `to`; a path
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bot.engine.artifacts import Artifact, Copy, Placement, generated_artifacts, place, unreadable
-from bot.engine.config import RepoConfig
-from bot.engine.model import Manifest, ObjectRef, SourceRef
+from bot.engine.render.artifacts import Artifact, Copy, Placement, generated_artifacts, place, unreadable
+from bot.engine.render.config import RepoConfig
+from bot.engine.core.model import Manifest, ObjectRef, SourceRef
 from tests.engine.builders import MemoryTree
 
 FLUX = "flux-system"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
+from bot.engine.tiergraph.bootstrap import Bootstrap, bootstrap_findings, discover_bootstrap, parse_helmfile, untemplate
 from bot.service.cli import main
-from bot.engine.config import BootstrapConfig, load_repo_config, snapshot_config
+from bot.engine.render.config import BootstrapConfig, load_repo_config, snapshot_config
 from bot.pipeline.check import CheckOptions, check_repository, render_repository
-from bot.engine.errors import ConfigError
-from bot.engine.model import Severity, TierId
+from bot.engine.core.errors import ConfigError
+from bot.engine.core.model import Severity, TierId
 from bot.adapters.cache import BuildCache
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import GitTree, Snapshot
@@ -405,7 +405,7 @@ def test_declared_config_errors(text: str, message: str) -> None:
 
 def test_check_prints_info_lines_and_keeps_the_model_on_the_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    from bot.engine import verdict  # `cluster_findings` runs the checks
+    from bot.engine.reporting import verdict  # `cluster_findings` runs the checks
 
     real = verdict.run_checks
     monkeypatch.setattr(verdict, "run_checks", lambda ctx: seen.append(ctx.bootstrap) or real(ctx))
@@ -570,7 +570,7 @@ def test_crd_only_release_credited_by_api_group(tmp_path: Path) -> None:
 
 
 def test_names_group() -> None:
-    from bot.engine.bootstrap import names_group
+    from bot.engine.tiergraph.bootstrap import names_group
 
     assert names_group("kopiur", "kopiur.home-operations.com")
     assert names_group("litellm-operator", "litellm.home-operations.com")

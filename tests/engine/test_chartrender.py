@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.helmvalues import merge_maps
-from bot.engine.chartrender import (
+from bot.engine.render.helmvalues import merge_maps
+from bot.engine.render.chartrender import (
     GENERATED,
     MAX_MESSAGE,
     ChartRenderRequest,

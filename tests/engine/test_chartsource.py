@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.chartsource import (
+from bot.engine.render.chartsource import (
     ChartFetchError,
     Credential,
     FetchPolicy,

@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from bot.engine.model import Severity
-from bot.engine.report import CheckReport
+from bot.engine.core.model import Severity
+from bot.engine.reporting.report import CheckReport
 from tests.engine.builders import check
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj
 
@@ -808,7 +808,7 @@ def test_tier_order_is_judged_against_every_cluster() -> None:
 
 def test_text_output_lists_parents_before_their_children():
     """aaa/web sorts first by name and depends on nothing, but apps applies it: apps is listed first."""
-    from bot.engine.report import format_text
+    from bot.engine.reporting.report import format_text
 
     files = repo(
         {"apps": ks("apps", "./apps"), "zz": ks("zz", "./zz")},
@@ -1072,8 +1072,8 @@ def test_crossplane_provider_kubernetes_does_not_serve_aws_kinds() -> None:
     ],
 )
 def test_crossplane_package_groups(package: str, group: str, served: bool) -> None:
-    from bot.engine.model import GroupKind, ObjectRef
-    from bot.engine.providers import package_provides
+    from bot.engine.core.model import GroupKind, ObjectRef
+    from bot.engine.tiergraph.providers import package_provides
 
     trigger = ObjectRef("pkg.crossplane.io/v1", "Provider", "", "p")
     assert package_provides(package, trigger, GroupKind(group, "Thing")) is served
@@ -1081,8 +1081,8 @@ def test_crossplane_package_groups(package: str, group: str, served: bool) -> No
 
 def test_a_name_made_of_a_masked_secret_value_is_not_judged() -> None:
     """`name: "${SECRET_DOMAIN/./-}"` substitutes a Secret's value, shown masked: it is not known, so not invalid."""
-    from bot.engine.checks.names import DNS1123_SUBDOMAIN, problem
-    from bot.engine.rendered import SECRET_MASK
+    from bot.engine.tiergraph.checks.names import DNS1123_SUBDOMAIN, problem
+    from bot.engine.render.rendered import SECRET_MASK
 
     assert problem(SECRET_MASK.format(name="SECRET_DOMAIN"), DNS1123_SUBDOMAIN) is None
     assert problem(SECRET_MASK.format(name="SECRET_DOMAIN") + "-TLS", DNS1123_SUBDOMAIN) is not None  # what is known still counts

@@ -1,5 +1,5 @@
-"""ConfigMaps and Secrets only the cluster has (bot/engine/clusterobjects.py) and how a tier's variables read them
-(bot/engine/finish.py `tier_variables`): Flux's loadVars order, `optional`, Secret data decoded, masked."""
+"""ConfigMaps and Secrets only the cluster has (bot/engine/render/clusterobjects.py) and how a tier's variables read them
+(bot/engine/render/finish.py `tier_variables`): Flux's loadVars order, `optional`, Secret data decoded, masked."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.workspace import build_snapshot
-from bot.engine.clusterobjects import ClusterObject, declared_objects, object_data
-from bot.engine.config import load_repo_config
-from bot.engine.errors import ConfigError
-from bot.engine.finish import finish_key, tier_variables
-from bot.engine.model import SourceRef, SubstituteFrom, TierId, TierSpec
-from bot.engine.rendered import RawTier
+from bot.engine.render.clusterobjects import ClusterObject, declared_objects, object_data
+from bot.engine.render.config import load_repo_config
+from bot.engine.core.errors import ConfigError
+from bot.engine.render.finish import finish_key, tier_variables
+from bot.engine.core.model import SourceRef, SubstituteFrom, TierId, TierSpec
+from bot.engine.render.rendered import RawTier
 from tests.fluxrepo import dump, obj, write_tree
 
 TIER = TierId("flux-system", "apps")

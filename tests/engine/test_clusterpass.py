@@ -1,16 +1,16 @@
-"""One pass over a cluster (bot/engine/clusterpass.py), on repositories held in memory (tests/engine/builders.py):
+"""One pass over a cluster (bot/engine/render/clusterpass.py), on repositories held in memory (tests/engine/builders.py):
 the renderer's bookkeeping, whatever order its builds arrive in."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.engine.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
-from bot.engine.config import snapshot_config
-from bot.engine.discovery import RenderLimits
-from bot.engine.flux import entry_tier
-from bot.engine.model import TierId, TierSpec
-from bot.engine.rendered import RawTier
+from bot.engine.render.clusterpass import ClusterPass, PassResult, cluster_settings, settle_entry
+from bot.engine.render.config import snapshot_config
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.render.flux import entry_tier
+from bot.engine.core.model import TierId, TierSpec
+from bot.engine.render.rendered import RawTier
 from tests.engine.builders import MemoryTree, build, locate, render
 from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj
 

@@ -1,4 +1,4 @@
-"""The cold-start simulation (bot/engine/coldstart.py): one table test per rule, and properties on generated graphs.
+"""The cold-start simulation (bot/engine/tiergraph/coldstart.py): one table test per rule, and properties on generated graphs.
 
 Built from hand-made tier specs and facts (no kustomize): the simulation reads facts only.
 """
@@ -12,15 +12,15 @@ from typing import Any, Iterable, Mapping
 import pytest
 
 import bot.pipeline.check
-from bot.engine.bootstrap import Bootstrap, BootstrapEntry
-from bot.engine.checks import CheckContext
-from bot.engine.coldstart import ColdStart, compare, simulate
+from bot.engine.tiergraph.bootstrap import Bootstrap, BootstrapEntry
+from bot.engine.tiergraph.checks import CheckContext
+from bot.engine.tiergraph.coldstart import ColdStart, compare, simulate
 from bot.pipeline.check import check_repository
-from bot.engine.facts import tier_facts
-from bot.engine.graph import TierGraph
-from bot.engine.knowledge import default_knowledge
-from bot.engine.model import HealthCheck, Manifest, ObjectRef, Severity, SourceRef, TierId, TierSpec
-from bot.engine.providers import ProviderIndex
+from bot.engine.render.facts import tier_facts
+from bot.engine.tiergraph.graph import TierGraph
+from bot.engine.render.knowledge import default_knowledge
+from bot.engine.core.model import HealthCheck, Manifest, ObjectRef, Severity, SourceRef, TierId, TierSpec
+from bot.engine.tiergraph.providers import ProviderIndex
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, write_tree
 
 KNOWLEDGE = default_knowledge()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bot.engine.commands import (
+from bot.engine.chatops.commands import (
     MAX_COMMANDS,
     PERMISSION_ORDER,
     Command,
@@ -20,7 +20,7 @@ from bot.engine.commands import (
     parse_commands,
     permits,
 )
-from bot.engine.errors import UserError
+from bot.engine.core.errors import UserError
 
 KNOWN = ("prod", "dev", "bare-metal.lab")
 

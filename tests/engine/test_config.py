@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
-from bot.engine.errors import ConfigError
-from bot.engine.knowledge import default_knowledge
-from bot.engine.model import GroupKind, SourceRef, TierId
+from bot.engine.render.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.engine.core.errors import ConfigError
+from bot.engine.render.knowledge import default_knowledge
+from bot.engine.core.model import GroupKind, SourceRef, TierId
 from bot.adapters.workspace import Snapshot
 from tests.fluxrepo import kustomization, write_tree
 
@@ -144,7 +144,7 @@ def test_a_scaffold_folder_of_placeholders_is_no_cluster(tmp_path: Path) -> None
 def test_a_self_syncing_gitrepository_of_another_name_is_this_repository(tmp_path: Path) -> None:
     """toboshii/home-ops: `kubectl apply -k cluster/flux/flux-system` writes GitRepository `flux-cluster` and a
     Kustomization on it applying ./cluster/flux, the directory that holds both; its tiers use that source."""
-    from bot.engine.config import cluster_entries, with_artifact_sources
+    from bot.engine.render.config import cluster_entries, with_artifact_sources
     from tests.engine.builders import check
     from tests.fluxrepo import dump, ks, obj
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bot.service.cli import main
-from bot.engine.config import load_repo_config, snapshot_config
-from bot.engine.errors import ConfigError
+from bot.engine.render.config import load_repo_config, snapshot_config
+from bot.engine.core.errors import ConfigError
 from bot.adapters.workspace import build_snapshot
 from tests.fluxrepo import dump, ks, kustomization, obj, write_tree
 from tests.gitrepo import commit_all, init_repo

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bot.engine.diff import (
+from bot.engine.reporting.diff import (
     CHECK_PRUNE_TRANSIENT,
     SECRET_VALUE_MASK,
     ChangeKind,
@@ -31,8 +31,8 @@ from bot.engine.diff import (
     normalise,
     prune_transient_findings,
 )
-from bot.engine.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
-from bot.engine.rendered import ClusterRender, RenderedTier
+from bot.engine.core.model import Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId, TierSpec
+from bot.engine.render.rendered import ClusterRender, RenderedTier
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "diff"
 UPDATE_GOLDEN = os.environ.get("FLUXWARDEN_UPDATE_GOLDEN") == "1"

@@ -1,4 +1,4 @@
-"""Drift reports (bot/engine/drift.py, bot/pipeline/drift.py): the example repo rendered once, a fake cluster that has
+"""Drift reports (bot/engine/livestate/drift.py, bot/pipeline/drift.py): the example repo rendered once, a fake cluster that has
 converged to it (every object applied with Flux's labels, every tier Ready with its inventory), then one
 perturbation per kind of drift — read through the real kubernetes-asyncio client, at a fixed clock."""
 
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from bot.service.cli import main
-from bot.engine.drift import (
+from bot.engine.livestate.drift import (
     DriftKind,
     DriftReport,
     compare_fields,
@@ -25,10 +25,10 @@ from bot.engine.drift import (
     report_to_json,
 )
 from bot.pipeline.drift import RenderedCluster, read_drift, render_cluster
-from bot.engine.knowledge import default_knowledge
+from bot.engine.render.knowledge import default_knowledge
 from bot.adapters.kube import ClusterAccess
-from bot.engine.live import LiveBody, inventory_id
-from bot.engine.model import GroupKind, TierId
+from bot.engine.livestate.live import LiveBody, inventory_id
+from bot.engine.core.model import GroupKind, TierId
 from tests.fakes.kube import FakeKube, Resource, crd as live_crd, git_repository, kustomization, owned_by
 from tests.fluxrepo import dump, flux_repo, ks, kustomization as kfile, obj, write_tree
 from tests.gitrepo import EXAMPLE, pre_fix
@@ -424,7 +424,7 @@ async def test_secrets_are_compared_by_keys_never_values(tmp_path: Path, live_ke
 
 
 def test_live_body_never_keeps_secret_values() -> None:
-    from bot.engine.model import ObjectRef
+    from bot.engine.core.model import ObjectRef
 
     body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "annotations": {"kubectl.kubernetes.io/last-applied-configuration": SECRET_VALUE, "a": "b"}},
             "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": SECRET_VALUE}}
@@ -522,8 +522,8 @@ async def test_a_tier_on_another_source_is_a_note(tmp_path: Path) -> None:
 
 
 def test_a_long_report_fits_in_an_issue() -> None:
-    from bot.engine.drift import DriftItem
-    from bot.engine.model import ObjectRef
+    from bot.engine.livestate.drift import DriftItem
+    from bot.engine.core.model import ObjectRef
 
     items = tuple(
         DriftItem(DriftKind.FIELDS_DIFFER, f"fields-differ:flux-system/apps:ns_cm-{i}__ConfigMap", "git sets data differently " + "x" * 200,

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from bot.adapters.cache import BuildCache
-from bot.engine.errors import InputError
-from bot.engine.facts import TierFacts, tier_facts
-from bot.engine.knowledge import default_knowledge
-from bot.engine.model import GroupKind, Manifest, ObjectRef, SourceLocation
-from bot.engine.rendered import RenderedTier
+from bot.engine.core.errors import InputError
+from bot.engine.render.facts import TierFacts, tier_facts
+from bot.engine.render.knowledge import default_knowledge
+from bot.engine.core.model import GroupKind, Manifest, ObjectRef, SourceLocation
+from bot.engine.render.rendered import RenderedTier
 from bot.pipeline.memo import FactsStore, StoredManifests
-from bot.engine.flux import tier_spec
+from bot.engine.render.flux import tier_spec
 from tests.fluxrepo import crd, ks, obj
 
 

@@ -1,4 +1,4 @@
-"""The catalogue of finding ids (bot/engine/findings.py) is every id the code makes, docs/reference.md's table is made from it."""
+"""The catalogue of finding ids (bot/engine/core/findings.py) is every id the code makes, docs/reference.md's table is made from it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.checks import RUNNERS
-from bot.engine.findings import CATALOGUE, Catalogue, FindingKind
-from bot.engine.model import Severity
+from bot.engine.tiergraph.checks import RUNNERS
+from bot.engine.core.findings import CATALOGUE, Catalogue, FindingKind
+from bot.engine.core.model import Severity
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""A cluster's Flux version (bot/engine/fluxversion.py) from `.fluxwarden.yaml`, gotk-components.yaml or a FluxInstance,
+"""A cluster's Flux version (bot/engine/render/fluxversion.py) from `.fluxwarden.yaml`, gotk-components.yaml or a FluxInstance,
 and the rules it decides: strict substitution by default from Flux 2.9 (kustomize-controller v1.9.0), and an empty
 kustomization refused by Flux 2.2 (kustomize v5.3)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.workspace import build_snapshot
-from bot.engine.config import load_repo_config
-from bot.engine.errors import ConfigError
-from bot.engine.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
-from bot.engine.semver import parse_version
+from bot.engine.render.config import load_repo_config
+from bot.engine.core.errors import ConfigError
+from bot.engine.render.fluxversion import FluxVersion, cluster_flux_version, empty_kustomization_fails, strict_substitution
+from bot.engine.render.semver import parse_version
 from bot.service.cli import main
 from tests.fluxrepo import dump, flux_repo, ks, kustomization, obj, write_tree
 
@@ -44,7 +44,7 @@ def test_version_sources(tmp_path: Path, files: dict[str, str], override: str | 
 
 
 def test_strict_by_default_from_2_9_unless_the_config_says() -> None:
-    from bot.engine.fluxversion import FluxVersion
+    from bot.engine.render.fluxversion import FluxVersion
 
     old, new = FluxVersion(parse_version("2.8.8"), "x"), FluxVersion(parse_version("2.9.0"), "x")  # type: ignore[arg-type]
     assert [strict_substitution(None, v) for v in (None, old, new)] == [False, False, True]

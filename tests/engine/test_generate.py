@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from bot.adapters import git as gitrepo
-from bot.engine.config import load_repo_config
-from bot.engine.generate import controller_file_empty, flux_kustomization
+from bot.engine.render.config import load_repo_config
+from bot.engine.render.generate import controller_file_empty, flux_kustomization
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
-from bot.engine.model import Severity, TierId, TierSpec, SourceRef
-from bot.engine.rendered import ClusterRender
+from bot.engine.core.model import Severity, TierId, TierSpec, SourceRef
+from bot.engine.render.rendered import ClusterRender
 from bot.pipeline.session import Session
 from tests.fluxrepo import dump, flux_repo, ks, obj, write_tree
 from tests.gitrepo import init_repo
@@ -494,8 +494,8 @@ def test_the_file_the_controller_writes_back_is_empty(text: str | None, generate
 # == Remote entries: left out of the build's copy of the kustomization file =============================
 
 from bot.adapters.workspace import build_snapshot  # noqa: E402
-from bot.engine.generate import KustomizationIndex, build_layout, is_remote_base, without_remote  # noqa: E402
-from bot.engine.model import GroupKind  # noqa: E402,F401
+from bot.engine.render.generate import KustomizationIndex, build_layout, is_remote_base, without_remote  # noqa: E402
+from bot.engine.core.model import GroupKind  # noqa: E402,F401
 
 REMOTE_FILE = "https://github.com/cert-manager/cert-manager/releases/download/v1.8.2/cert-manager.crds.yaml"
 REMOTE_BASE = "github.com/kubernetes-csi/external-snapshotter//client/config/crd?ref=v6.0.1"

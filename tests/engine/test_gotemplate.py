@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bot.engine.gotemplate import MAX_STEPS, LimitExceeded, Template, TemplateError, Unsupported, adler32, go_format
+from bot.engine.render.gotemplate import MAX_STEPS, LimitExceeded, Template, TemplateError, Unsupported, adler32, go_format
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.helmignore import HelmIgnore, HelmIgnoreError, go_match_regex
+from bot.engine.render.helmignore import HelmIgnore, HelmIgnoreError, go_match_regex
 
 
 def test_the_default_rule_drops_dotfiles_under_templates_only() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from bot.engine.helmrelease import (
+from bot.engine.render.helmrelease import (
     ChartPlan, ChartUnavailable, ReleaseSpec, ValuesReference, not_rendered_findings, parse_release, release_name, shorten_name,
 )
-from bot.engine.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId
+from bot.engine.core.model import Finding, Manifest, ObjectRef, Severity, SourceLocation, SourceRef, TierId
 from tests.fluxrepo import obj
 
 HR_V2 = "helm.toolkit.fluxcd.io/v2"

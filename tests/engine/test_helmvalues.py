@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from bot.engine.helmrelease import ReleaseSpec, ValuesReference, parse_release
-from bot.engine.helmvalues import (
+from bot.engine.render.helmrelease import ReleaseSpec, ValuesReference, parse_release
+from bot.engine.render.helmvalues import (
     DEFAULT_KUBE_VERSION, ValuesPathError, api_versions, compose_values, fold_churn, kube_minor, mask_secret_values, merge_maps,
     release_objects, replace_path_value,
 )
-from bot.engine.model import GroupKind, Manifest, ObjectRef, Severity, SourceLocation
+from bot.engine.core.model import GroupKind, Manifest, ObjectRef, Severity, SourceLocation
 from tests.fluxrepo import crd, obj
 
 ORIGIN = SourceLocation("apps/hr.yaml", 1)

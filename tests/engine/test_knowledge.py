@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.errors import ConfigError
-from bot.engine.knowledge import (
+from bot.engine.core.errors import ConfigError
+from bot.engine.render.knowledge import (
     CRD_MECHANISMS,
     ChartRule,
     KnowledgeBase,
@@ -14,7 +14,7 @@ from bot.engine.knowledge import (
     load_knowledge,
     normalise_chart_name,
 )
-from bot.engine.model import GroupKind, Severity
+from bot.engine.core.model import GroupKind, Severity
 
 
 @pytest.fixture(scope="module")
@@ -447,7 +447,7 @@ def test_chart_aliases_in_the_knowledge_base_and_declared(kb) -> None:
 
 def test_declared_chart_alias_provides_its_crds(tmp_path) -> None:
     """mirceanton-shaped: volsync from a mirror under another name; ReplicationSources in a tier that depends on it."""
-    from bot.engine.config import load_repo_config
+    from bot.engine.render.config import load_repo_config
     from bot.pipeline.check import check_repository
     from tests.fluxrepo import dump, flux_repo, kustomization, ks, obj, write_tree
 
@@ -480,7 +480,7 @@ def test_declared_chart_alias_provides_its_crds(tmp_path) -> None:
 
 # == Well-known CRD bundles fetched by URL ========================================================
 
-from bot.engine.knowledge import bundle_crds, bundle_provides, default_knowledge as _default  # noqa: E402
+from bot.engine.render.knowledge import bundle_crds, bundle_provides, default_knowledge as _default  # noqa: E402
 
 
 def test_bundle_credit_of_known_urls() -> None:

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from bot.adapters.workspace import build_snapshot
-from bot.engine.config import load_repo_config
-from bot.engine.errors import ConfigError, FluxwardenError, LimitError, UnsafeYamlError
-from bot.engine.generate import KustomizationIndex, flux_kustomization
-from bot.engine.model import SourceRef, TierId, TierSpec
-from bot.engine.yamlio import (
+from bot.engine.render.config import load_repo_config
+from bot.engine.core.errors import ConfigError, FluxwardenError, LimitError, UnsafeYamlError
+from bot.engine.render.generate import KustomizationIndex, flux_kustomization
+from bot.engine.core.model import SourceRef, TierId, TierSpec
+from bot.engine.render.yamlio import (
     MAX_DOCUMENTS,
     MAX_NESTING,
     check_aliases,

@@ -1,4 +1,4 @@
-"""Live merge preconditions (bot/engine/live.py): pure tables over LiveState, CRD providers on rendered repos,
+"""Live merge preconditions (bot/engine/livestate/live.py): pure tables over LiveState, CRD providers on rendered repos,
 and the seed PR end to end through the CLI against the fake Kubernetes API."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from bot.service.cli import main
 from bot.pipeline.check import check_repository
-from bot.engine.live import (
+from bot.engine.livestate.live import (
     CHECK_CHECKED,
     CHECK_FAILED,
     CHECK_LIVE_PROVIDERS,
@@ -29,7 +29,7 @@ from bot.engine.live import (
     evaluate_preconditions,
     inventory_id,
 )
-from bot.engine.model import Finding, ObjectRef, Severity, SourceRef, TierId, TierSpec
+from bot.engine.core.model import Finding, ObjectRef, Severity, SourceRef, TierId, TierSpec
 from tests.fakes.kube import FakeKube, crd as live_crd, git_repository, kustomization, owned_by
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization as kfile, obj, write_tree
 from tests.gitrepo import EXAMPLE, pre_fix
@@ -408,9 +408,9 @@ def test_plain_check_live_and_usage(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_required_tiers_in_repo_config() -> None:
-    from bot.engine.config import load_repo_config
-    from bot.engine.errors import ConfigError
-    from bot.engine.live import required_tier_ids
+    from bot.engine.render.config import load_repo_config
+    from bot.engine.core.errors import ConfigError
+    from bot.engine.livestate.live import required_tier_ids
 
     config = load_repo_config("clusters:\n  prod: {path: clusters/prod, required_tiers: [platform-config, infra/base]}\n  dev: {path: clusters/dev}\n")
     assert config.clusters == {"prod": "clusters/prod", "dev": "clusters/dev"}  # existing keys keep working
@@ -424,7 +424,7 @@ def test_required_tiers_in_repo_config() -> None:
 
 
 def test_service_config_cluster_access(tmp_path: Path) -> None:
-    from bot.engine.errors import ConfigError
+    from bot.engine.core.errors import ConfigError
     from bot.service.settings import load_service_config
 
     env = {"FLUXWARDEN_WEBHOOK_SECRET": "s", "FLUXWARDEN_GITHUB_TOKEN": "t"}

@@ -1,4 +1,4 @@
-"""bot/engine/markdown.py, and every place the bot interpolates repository content into Markdown, fed a hostile string.
+"""bot/engine/core/markdown.py, and every place the bot interpolates repository content into Markdown, fed a hostile string.
 
 The hostile string carries what broke the comment before (issue 14): blank lines, a fake hidden marker, a
 fake ✅ heading, `</details>`, an `@` mention, backticks and pipes. Each formatter's output must keep its
@@ -13,15 +13,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from bot.engine import markdown as md
-from bot.engine.commands import CommandError, _mask, parse_commands
+from bot.engine.core import markdown as md
+from bot.engine.chatops.commands import CommandError, _mask, parse_commands
 from tests.handlers.test_registry import help_text
-from bot.engine.diff import ChangeKind, SecretKeyChanges
-from bot.engine.drift import DriftItem, DriftKind, DriftReport, format_markdown as drift_markdown
-from bot.engine.model import Cause, Finding, ObjectRef, Severity, SourceLocation, TierId
-from bot.engine.report import CheckReport, TierSummary, format_markdown
-from bot.engine.review_report import format_review_markdown
-from bot.engine.tierfix import StaleCommit, TierOrderConflict, graph_changes, plan_tier_fix, union_graph
+from bot.engine.reporting.diff import ChangeKind, SecretKeyChanges
+from bot.engine.livestate.drift import DriftItem, DriftKind, DriftReport, format_markdown as drift_markdown
+from bot.engine.core.model import Cause, Finding, ObjectRef, Severity, SourceLocation, TierId
+from bot.engine.reporting.report import CheckReport, TierSummary, format_markdown
+from bot.engine.reporting.review_report import format_review_markdown
+from bot.engine.ordering.tierfix import StaleCommit, TierOrderConflict, graph_changes, plan_tier_fix, union_graph
 from handlers.comment import reply_body
 from handlers.drift import clean_comment, outage_comment, outage_ended_comment, reopen_comment
 from handlers.precheck import PrecheckPlan, error_state, result_state, running_state
@@ -174,7 +174,7 @@ def test_drift_issue_and_comments() -> None:
 
 
 def test_tier_order_pr_body_and_conflict() -> None:
-    # Tier names are Kubernetes names by then (bot/engine/tierorder.py refuses others); clusters, files, the base
+    # Tier names are Kubernetes names by then (bot/engine/ordering/tierorder.py refuses others); clusters, files, the base
     # branch and the commit summary are anything.
     graphs = {HOSTILE: {"a": frozenset(), "b": frozenset({"a"})}, "prod": {"a": frozenset(), "b": frozenset({"a"})}}
     fix = plan_tier_fix(graphs, "TIER_ORDER=(\n  b\n  a\n)\n", file=f"boot/{HOSTILE}.sh", variable="TIER_ORDER")

@@ -1,4 +1,4 @@
-"""Which clusters refuse remote bases (bot/engine/remote.py), read from git, and the one finding per tier."""
+"""Which clusters refuse remote bases (bot/engine/render/remote.py), read from git, and the one finding per tier."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.workspace import build_snapshot
-from bot.engine.generate import RemoteEntry
-from bot.engine.model import Severity, SourceRef, TierId, TierSpec
-from bot.engine.remote import RemoteBasesRefused, no_remote_bases, remote_finding
+from bot.engine.render.generate import RemoteEntry
+from bot.engine.core.model import Severity, SourceRef, TierId, TierSpec
+from bot.engine.render.remote import RemoteBasesRefused, no_remote_bases, remote_finding
 from tests.fluxrepo import write_tree
 
 PATCH = "patches:\n  - patch: |\n      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: {value}\n    target: {{kind: Deployment, name: kustomize-controller}}\n"

@@ -1,9 +1,9 @@
-"""The check report's Markdown (bot/engine/report.py): findings alike grouped, notes folded, within a comment's limit."""
+"""The check report's Markdown (bot/engine/reporting/report.py): findings alike grouped, notes folded, within a comment's limit."""
 
 from __future__ import annotations
 
-from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
-from bot.engine.report import CheckReport, TierSummary, format_markdown, group_findings, message_shape
+from bot.engine.core.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
+from bot.engine.reporting.report import CheckReport, TierSummary, format_markdown, group_findings, message_shape
 
 NS = "flux-system"
 SOURCE = SourceRef("GitRepository", NS, NS)

@@ -7,9 +7,9 @@ from typing import Any, Sequence
 import pytest
 import yaml
 
-from bot.engine.model import Manifest, Severity, TierId
-from bot.engine.rendered import object_ref
-from bot.engine.resourceset import OWNER_NAME_LABEL, expand, normalise_key, render_resourceset
+from bot.engine.core.model import Manifest, Severity, TierId
+from bot.engine.render.rendered import object_ref
+from bot.engine.render.resourceset import OWNER_NAME_LABEL, expand, normalise_key, render_resourceset
 
 TIER = TierId("flux-system", "tenants")
 

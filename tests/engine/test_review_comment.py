@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.diff import ChangeKind
-from bot.engine.model import Severity
-from bot.engine.review import ClusterReview
+from bot.engine.reporting.diff import ChangeKind
+from bot.engine.core.model import Severity
+from bot.engine.reporting.review import ClusterReview
 from bot.pipeline.review import review_repository
-from bot.engine.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
+from bot.engine.reporting.review_report import SUMMARY_MAX, format_review_markdown, graph_tiers
 from tests.golden import GOLDEN_DIR, assert_golden
 from tests.pipeline.test_review import seed_pr  # noqa: F401  (the fixture)
 from tests.engine.test_review_report import (

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from bot.engine.diff import ChangeKind, ClusterDiff, ObjectChange, SecretKeyChanges, TierDiff
-from bot.engine.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
-from bot.engine.report import CheckReport, TierSummary
-from bot.engine.review import ClusterReview, ReviewedFinding
-from bot.engine.review_report import (
+from bot.engine.reporting.diff import ChangeKind, ClusterDiff, ObjectChange, SecretKeyChanges, TierDiff
+from bot.engine.core.model import Finding, ObjectRef, Severity, SourceLocation, SourceRef, TierId
+from bot.engine.reporting.report import CheckReport, TierSummary
+from bot.engine.reporting.review import ClusterReview, ReviewedFinding
+from bot.engine.reporting.review_report import (
     MARKER,
     format_review_markdown,
     finding_summary,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.errors import UserError
-from bot.engine.semver import Constraint, ConstraintError, highest_match, parse_version, resolve_version
+from bot.engine.core.errors import UserError
+from bot.engine.render.semver import Constraint, ConstraintError, highest_match, parse_version, resolve_version
 
 # (constraint, version, satisfied). Each block names the README rule it checks.
 CASES = [

@@ -13,12 +13,12 @@ from typing import Any, Mapping
 import pytest
 
 from bot.service.cli import main
-from bot.engine.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
-from bot.engine.diff import ChangeKind
-from bot.engine.errors import ConfigError
+from bot.engine.render.config import RepoConfig, cluster_entry, known_clusters, load_repo_config
+from bot.engine.reporting.diff import ChangeKind
+from bot.engine.core.errors import ConfigError
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
-from bot.engine.model import Finding, Severity, SourceLocation, TierId
-from bot.engine.rendered import ClusterRender
+from bot.engine.core.model import Finding, Severity, SourceLocation, TierId
+from bot.engine.render.rendered import ClusterRender
 from bot.pipeline.renderer import Renderer
 from bot.pipeline.session import Session
 from bot.pipeline.review import review_repository

@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from bot.engine.errors import SubstitutionError
-from bot.engine.substitute import (
+from bot.engine.core.errors import SubstitutionError
+from bot.engine.render.substitute import (
     VAR_NAME,
     SubstitutionResult,
     VarRef,

@@ -1,4 +1,4 @@
-"""bot.engine.tierfix: one order for every cluster, the minimal edit, the explanation, and reading a tree's graphs."""
+"""bot.engine.ordering.tierfix: one order for every cluster, the minimal edit, the explanation, and reading a tree's graphs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.errors import TierOrderError, UserError
-from bot.engine.tierfix import (
+from bot.engine.core.errors import TierOrderError, UserError
+from bot.engine.ordering.tierfix import (
     Change,
     Edge,
     IncompleteRender,
@@ -22,7 +22,7 @@ from bot.engine.tierfix import (
     plan_tier_fix,
     union_graph,
 )
-from bot.engine.tierorder import read_tier_order, stale_reasons
+from bot.engine.ordering.tierorder import read_tier_order, stale_reasons
 from bot.pipeline.tier_state import read_tier_order_file, read_tree_state
 from tests.gitrepo import EXAMPLE, pre_fix
 

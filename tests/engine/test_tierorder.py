@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bot.engine.errors import TierOrderError
-from bot.engine.tierorder import (
+from bot.engine.core.errors import TierOrderError
+from bot.engine.ordering.tierorder import (
     StaleReason,
     TierOrder,
     read_tier_order,

@@ -12,8 +12,8 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from bot.engine.errors import FluxwardenError, UserError
-from bot.engine.webhook import (
+from bot.engine.core.errors import FluxwardenError, UserError
+from bot.engine.chatops.webhook import (
     MAX_BODY_BYTES,
     NULL_SHA,
     CommentEvent,

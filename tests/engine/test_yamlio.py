@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.engine.errors import UnsafeYamlError
-from bot.engine.yamlio import (
+from bot.engine.core.errors import UnsafeYamlError
+from bot.engine.render.yamlio import (
     FastSafeLoader,
     check_aliases,
     compose_stream,

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
-from bot.engine.github_models import BranchPullRequest, PullRequestInfo, StatusInfo
-from bot.engine.errors import InfraError
-from bot.engine.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
-from bot.engine.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
-from bot.engine.webhook import CommentEvent, PullRequestEvent, PullRequestRef, PushEvent, Repository
+from bot.engine.chatops.github_models import BranchPullRequest, PullRequestInfo, StatusInfo
+from bot.engine.core.errors import InfraError
+from bot.engine.chatops.jobs import JobKey, PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.chatops.settings import ClusterPolicy, GitIdentity, Limits, RepoPolicy
+from bot.engine.chatops.webhook import CommentEvent, PullRequestEvent, PullRequestRef, PushEvent, Repository
 from bot.pipeline.check import CheckOptions
 from bot.service.live import KubeLive
 from handlers.context import BotContext

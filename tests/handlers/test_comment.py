@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import pytest
 
-from bot.engine.jobs import FixTierOrderKey
-from bot.engine.settings import RepoPolicy
+from bot.engine.chatops.jobs import FixTierOrderKey
+from bot.engine.chatops.settings import RepoPolicy
 from handlers.comment import REPLY_MARKER, on_comment
 from tests.fakes.context import REPO, MemoryGit, MemoryGitHub, MemorySettings, bot_context, comment_event, pull_info
 from tests.golden import assert_golden

@@ -14,10 +14,10 @@ from datetime import timedelta
 import pytest
 
 from tests.handlers.test_registry import help_text
-from bot.engine.tierfix import StaleCommit, TierOrderConflict
+from bot.engine.ordering.tierfix import StaleCommit, TierOrderConflict
 from handlers.comment import reply_body
 from handlers.drift import duplicate_comment, plan_issue
-from bot.engine.model import Cause, Finding, Severity, TierId
+from bot.engine.core.model import Cause, Finding, Severity, TierId
 from handlers.precheck import STOPPED_THE_CHECKER, PrecheckPlan, error_state, result_state, running_state
 from handlers.tier_order import conflict_note, duplicate_pull_comment, in_order_message, not_configured_message, settled_comment
 from tests.golden import assert_golden

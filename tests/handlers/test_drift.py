@@ -13,12 +13,12 @@ from typing import Any, AsyncIterator
 import git
 import pytest
 
-from bot.engine.drift import DriftItem, DriftKind, DriftReport
+from bot.engine.livestate.drift import DriftItem, DriftKind, DriftReport
 from bot.adapters.github import GitHubAdapter, GitHubAuth
-from bot.engine.model import ObjectRef, TierId
+from bot.engine.core.model import ObjectRef, TierId
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, DriftPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, DriftPolicy, RepoPolicy
 from handlers.drift import LABEL, DriftRunner, DriftTarget, IssueMemory, Outage, plan_issue, reconcile_issue, with_memory
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.commands import FixTierOrderCommand
-from bot.engine.jobs import FixTierOrderKey, Submitted
+from bot.engine.chatops.commands import FixTierOrderCommand
+from bot.engine.chatops.jobs import FixTierOrderKey, Submitted
 from handlers.context import Invocation
 from handlers.fix_tier_order import REPLY_MARKER, on_fix_tier_order, result_reply
 from handlers.tier_order import TierOrderOutcome

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.engine.jobs import PrecheckPlan
-from bot.engine.model import Cause, Finding, Severity, TierId
+from bot.engine.chatops.jobs import PrecheckPlan
+from bot.engine.core.model import Cause, Finding, Severity, TierId
 from handlers.context import TierOrderMemo
 from handlers.precheck import Precheck, result_state
 from tests.engine.test_review_report import cluster_diff, review

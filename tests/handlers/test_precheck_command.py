@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.commands import PrecheckCommand
+from bot.engine.chatops.commands import PrecheckCommand
 from handlers.context import Invocation
 from handlers.precheck_command import on_precheck
 from tests.fakes.context import HEAD, MemoryGitHub, MemorySettings, RecordingPrechecks, bot_context, comment_event, pull_info

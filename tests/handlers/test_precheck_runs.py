@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import pytest
 
-from bot.engine.errors import InfraError, UserError
-from bot.engine.jobs import PrecheckKey, PrecheckPlan, Submitted
-from bot.engine.model import Finding, Severity, TierId
-from bot.engine.review import ClusterReview
+from bot.engine.core.errors import InfraError, UserError
+from bot.engine.chatops.jobs import PrecheckKey, PrecheckPlan, Submitted
+from bot.engine.core.model import Finding, Severity, TierId
+from bot.engine.reporting.review import ClusterReview
 from handlers.precheck import INTERRUPTED, Precheck, retargeted_description, running_state, status_context
 from handlers.precheck_runs import PrecheckRuns
 from tests.engine.test_review_report import cluster_diff, review

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from bot.engine.jobs import PrecheckPlan
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.jobs import PrecheckPlan
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from handlers.pull_request import NO_CLUSTERS, on_pull_request
-from bot.engine.github_models import StatusInfo
+from bot.engine.chatops.github_models import StatusInfo
 from tests.fakes.context import BASE, CLONE_URL, HEAD, REPO, MemoryClaims, MemoryGitHub, MemoryGit, MemorySettings, bot_context, pull_request_event
 
 DEV_PROD = MemorySettings()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.jobs import Submitted, TierOrderKey
-from bot.engine.settings import RepoPolicy
-from bot.engine.webhook import NULL_SHA
+from bot.engine.chatops.jobs import Submitted, TierOrderKey
+from bot.engine.chatops.settings import RepoPolicy
+from bot.engine.chatops.webhook import NULL_SHA
 from handlers.push import on_push, target_for_push
 from tests.fakes.context import HEAD, REPO, MemorySettings, RecordingDispatcher, bot_context, push_event
 

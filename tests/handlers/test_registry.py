@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from bot.engine.commands import PERMISSION_ORDER, SYNTAX, CommandSyntax
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.commands import PERMISSION_ORDER, SYNTAX, CommandSyntax
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from handlers.registry import REGISTRY, RegistryError, check_registry, help_reply
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.engine.github_models import StatusInfo
-from bot.engine.jobs import PrecheckKey, precheck_version
+from bot.engine.chatops.github_models import StatusInfo
+from bot.engine.chatops.jobs import PrecheckKey, precheck_version
 from handlers.precheck import INTERRUPTED, RESUMED
 from handlers.restart import resume_pending
 from tests.fakes.context import HEAD, REPO, MemoryClaims, MemoryGitHub, RecordingPrechecks, bot_context, pull_info

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.github_models import BranchPullRequest
-from bot.engine.tierfix import BRANCH, TreeState
+from bot.engine.chatops.github_models import BranchPullRequest
+from bot.engine.ordering.tierfix import BRANCH, TreeState
 from handlers.context import TierOrderMemo
 from handlers.tier_order import TierOrderOutcome, TierOrderTarget, reconcile_tier_order
 from tests.fakes.context import CLONE_URL, REPO, MemoryGit, MemoryGitHub, bot_context

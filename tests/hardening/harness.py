@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestServer
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import Service, build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, Limits, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, Limits, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.fakes.service import Harness as BaseHarness
 from tests.fakes.service import Origin as BaseOrigin

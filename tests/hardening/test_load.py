@@ -26,7 +26,7 @@ from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.runs import RunQueue
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.hardening.harness import (
     BOT,

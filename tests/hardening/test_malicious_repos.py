@@ -151,7 +151,7 @@ async def test_a_1000_deep_tree_is_a_finding_not_an_internal_error(start, origin
 async def test_deeply_nested_yaml_is_a_render_limit_finding(start, origin: Origin, fake, depth: int) -> None:
     """Issue 23: a document nesting 340 levels or more.
 
-    Before: RecursionError in bot/engine/yamlio.py, the PR got `error` "internal error (RecursionError)". Now
+    Before: RecursionError in bot/engine/render/yamlio.py, the PR got `error` "internal error (RecursionError)". Now
     the nesting bound (100) is a `render-limit` finding on the tier and the file, and the status `failure`.
     """
     body = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\nextra: " + "[" * depth + "]" * depth + "\n"

@@ -19,7 +19,7 @@ import aiohttp
 from bench.synth import generate
 from bot.adapters.memory import rss_of
 from tests.fluxrepo import dump, obj
-from bot.engine.github_limits import MAX_STATUS_DESCRIPTION
+from bot.engine.core.github_limits import MAX_STATUS_DESCRIPTION
 from tests.fluxrepo import kustomization
 from tests.hardening.harness import (
     REPO, STATUS, Origin, Replica, open_pull, pr_payload, record_figure, serve_config, serve_env, sign, states, wait_for,

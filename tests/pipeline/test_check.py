@@ -15,8 +15,8 @@ import yaml
 
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import build_snapshot
-from bot.engine.config import load_repo_config
-from bot.engine.model import Severity, TierId
+from bot.engine.render.config import load_repo_config
+from bot.engine.core.model import Severity, TierId
 from bot.pipeline.check import CheckOptions, check_repository
 from bot.pipeline.session import Session
 from bot.service.cli import main as cli_main

@@ -22,12 +22,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bot.adapters.github import GitHubAdapter
-from bot.engine.chartsource import FetchPolicy
-from bot.engine.model import Severity
-from bot.engine.report import format_markdown, format_text
-from bot.engine.rendered import Outcome
-from bot.engine.review_report import format_review_markdown, format_review_text, review_to_json
-from bot.engine.settings import parse_chart_settings
+from bot.engine.render.chartsource import FetchPolicy
+from bot.engine.core.model import Severity
+from bot.engine.reporting.report import format_markdown, format_text
+from bot.engine.render.rendered import Outcome
+from bot.engine.reporting.review_report import format_review_markdown, format_review_text, review_to_json
+from bot.engine.chatops.settings import parse_chart_settings
 from bot.pipeline.check import CheckOptions, check_repository, render_repository
 from bot.pipeline.releases import ChartOptions
 from bot.pipeline.review import review_repository

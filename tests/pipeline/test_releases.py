@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 
-from bot.engine.model import Severity
-from bot.engine.rendered import Outcome
-from bot.engine.review_report import format_review_text, review_to_json
+from bot.engine.core.model import Severity
+from bot.engine.render.rendered import Outcome
+from bot.engine.reporting.review_report import format_review_text, review_to_json
 from bot.pipeline.check import CheckOptions, check_repository, render_repository
 from bot.pipeline.export import format_build, select_tiers, selected_releases
 from bot.pipeline.review import review_repository
@@ -230,7 +230,7 @@ def test_a_post_renderer_that_fails_is_an_error(tmp_path: Path) -> None:
 def test_the_comment_of_a_chart_bump(tmp_path: Path) -> None:
     # The bot's comment on a chart bump: the first screen names the chart move and the object it changes, and
     # the HelmRelease's diff follows, folded under its own heading.
-    from bot.engine.review_report import format_review_markdown
+    from bot.engine.reporting.review_report import format_review_markdown
     from tests.golden import assert_golden
 
     review, base, head = _chart_bump_review(tmp_path)
@@ -243,8 +243,8 @@ def test_the_comment_of_a_chart_bump(tmp_path: Path) -> None:
 
 def test_a_git_chart_is_packed_once_per_content_and_a_cached_render_needs_no_worker(tmp_path: Path) -> None:
     from bot.adapters.workspace import build_snapshot
-    from bot.engine.chartrender import ChartRenderRequest, ChartRenderResult
-    from bot.engine.helmvalues import DEFAULT_KUBE_VERSION
+    from bot.engine.render.chartrender import ChartRenderRequest, ChartRenderResult
+    from bot.engine.render.helmvalues import DEFAULT_KUBE_VERSION
     from bot.pipeline.releases import ChartOptions, ChartStage, _packed, _render_key, _rendered, pack_chart
 
     repo = _repo(tmp_path, [helm_release("web", "./charts/webapp")])
@@ -313,7 +313,7 @@ def test_an_unrendered_chart_s_crd_switch_is_read_from_its_values_from(tmp_path:
     """xunholy/k8s-gitops: cert-manager's chart (an OCI registry, not reachable offline) reads `crds.enabled: true`
     from a valuesFrom ConfigMap. Its CRDs come from the knowledge base, switched by the composed values: the
     ClusterIssuer of the tier that waits for it is served (before, only `spec.values` was read: unknown-kind)."""
-    from bot.engine.chartsource import FetchPolicy
+    from bot.engine.render.chartsource import FetchPolicy
     from bot.pipeline.releases import ChartOptions
 
     def files(values_text: str) -> dict[str, str]:

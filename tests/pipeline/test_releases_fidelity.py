@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bot.engine.model import Severity
-from bot.engine.rendered import Outcome
+from bot.engine.core.model import Severity
+from bot.engine.render.rendered import Outcome
 from bot.pipeline.check import CheckOptions, check_repository, render_repository
 from tests.fakes.charts import write_chart
 from tests.fluxrepo import crd, dump, flux_repo, ks, kustomization, obj, write_tree

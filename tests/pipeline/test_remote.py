@@ -9,10 +9,10 @@ import pytest
 
 from bot.adapters.kustomize import locate_kustomize
 from bot.adapters.workspace import build_snapshot
-from bot.engine.config import load_repo_config
-from bot.engine.discovery import RenderLimits
-from bot.engine.model import Finding, Severity, TierId
-from bot.engine.rendered import ClusterRender
+from bot.engine.render.config import load_repo_config
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.core.model import Finding, Severity, TierId
+from bot.engine.render.rendered import ClusterRender
 from bot.pipeline.check import check_repository
 from bot.pipeline.session import Session
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, obj, write_tree

@@ -18,13 +18,13 @@ from typing import Any, Mapping
 import pytest
 
 from bot.adapters.cache import BuildCache
-from bot.engine.config import load_repo_config
+from bot.engine.render.config import load_repo_config
 from bot.pipeline.check import CheckOptions, check_repository, check_session, repository_clusters
-from bot.engine.generate import generated_resources
+from bot.engine.render.generate import generated_resources
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
-from bot.engine.model import Finding, Manifest, Severity, TierId
-from bot.engine.discovery import RenderLimits
-from bot.engine.rendered import SECRET_MASK, ClusterRender
+from bot.engine.core.model import Finding, Manifest, Severity, TierId
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.render.rendered import SECRET_MASK, ClusterRender
 from bot.pipeline.memo import children_key
 from bot.pipeline.renderer import Renderer
 from bot.pipeline.session import Session

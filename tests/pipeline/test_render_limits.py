@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
-from bot.engine.discovery import RenderLimits
-from bot.engine.model import Severity, TierId
-from bot.engine.yamlio import MAX_NESTING
+from bot.engine.render.discovery import RenderLimits
+from bot.engine.core.model import Severity, TierId
+from bot.engine.render.yamlio import MAX_NESTING
 from tests.fluxrepo import dump, flux_repo, ks, kustomization
 from tests.pipeline.test_render import cm, render
 

@@ -15,9 +15,9 @@ import pytest
 from bot.service.cli import main
 from bot.pipeline.check import check_repository
 from bot.adapters.kustomize import KustomizeBinary, locate_kustomize
-from bot.engine.model import Finding, TierId
-from bot.engine.rendered import ClusterRender
-from bot.engine.yamlio import load_stream
+from bot.engine.core.model import Finding, TierId
+from bot.engine.render.rendered import ClusterRender
+from bot.engine.render.yamlio import load_stream
 from tests.fluxrepo import crd, dump, flux_repo, kustomization, ks, write_tree
 from tests.pipeline.test_render import APP, OWNER, app_repo, by_ref, render
 

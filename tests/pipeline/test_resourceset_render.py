@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.chartsource import FetchPolicy
-from bot.engine.model import Severity, TierId
+from bot.engine.render.chartsource import FetchPolicy
+from bot.engine.core.model import Severity, TierId
 from bot.pipeline.check import CheckOptions, check_repository
 from bot.pipeline.releases import ChartOptions
 from tests.fluxrepo import dump, kustomization, ks, obj, write_tree

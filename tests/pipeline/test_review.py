@@ -10,8 +10,8 @@ import git
 import pytest
 
 from bot.service.cli import main
-from bot.engine.diff import ChangeKind
-from bot.engine.model import Finding, Severity, TierId
+from bot.engine.reporting.diff import ChangeKind
+from bot.engine.core.model import Finding, Severity, TierId
 from bot.pipeline.review import review_repository
 from tests.gitrepo import EXAMPLE, commit_all, init_repo, pre_fix
 
@@ -156,14 +156,14 @@ def _f(check: str, message: str, severity: Severity = Severity.ERROR, tier: str 
     ids=["added", "same", "message-changed", "second-in-same-object", "severity-raised", "second-drift"],
 )
 def test_mark_new_pairs_each_base_finding_once(base: list, head: list, new: list[bool]) -> None:
-    from bot.engine.review import mark_new
+    from bot.engine.reporting.review import mark_new
 
     assert [r.new for r in mark_new(tuple(head), tuple(base))] == new
 
 
 def test_a_finding_moved_with_its_object_is_not_new_and_a_gone_one_is_resolved() -> None:
-    from bot.engine.model import ObjectRef, SourceLocation
-    from bot.engine.review import mark_new, resolved_findings
+    from bot.engine.core.model import ObjectRef, SourceLocation
+    from bot.engine.reporting.review import mark_new, resolved_findings
 
     sp = ObjectRef("cdi.kubevirt.io/v1beta1", "StorageProfile", "", "longhorn-vm")
     before = Finding("missing-provider", Severity.WARNING, "m", TierId("flux-system", "platform-config"), sp, SourceLocation("platform-config/sp.yaml", 3))
@@ -315,7 +315,7 @@ def _deadlock_pr(root: Path) -> tuple[str, str]:
 
 
 def test_a_sibling_regraded_by_a_new_deadlock_is_shown_under_its_cause(tmp_path: Path) -> None:
-    from bot.engine.review_report import format_review_markdown, format_review_text
+    from bot.engine.reporting.review_report import format_review_markdown, format_review_text
     from bot.pipeline.releases import ChartOptions
     from bot.pipeline.session import CheckOptions
 
@@ -338,7 +338,7 @@ def test_a_sibling_regraded_by_a_new_deadlock_is_shown_under_its_cause(tmp_path:
 
 
 def test_a_finding_hidden_by_a_render_failure_or_a_cycle_is_not_fixed() -> None:
-    from bot.engine.review import resolved_findings, unjudged_tiers
+    from bot.engine.reporting.review import resolved_findings, unjudged_tiers
 
     apps, infra = TierId("flux-system", "apps"), TierId("flux-system", "infra")
     warning = Finding("crd-not-ordered", Severity.WARNING, "needs the CRD", apps)

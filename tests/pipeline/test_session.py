@@ -57,7 +57,7 @@ import gc, json, os, sys
 import os
 from pathlib import Path
 from bot.adapters.memory import release_free_memory, rss_of
-from bot.engine import yamlio
+from bot.engine.render import yamlio
 from bot.pipeline.check import CheckOptions, check_repository, tune_gc
 from bot.pipeline.session import release_idle_memory
 tune_gc()  # as `fluxwarden serve` runs

@@ -20,7 +20,7 @@ from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.pipeline.session import open_run
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.fakes.service import BOT_TOKEN, PAYLOADS, REPO, SECRET, load_payload, sign
 from tests.fakes.service import Harness as BaseHarness

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, RepoPolicy
 from tests.fakes.github import FakeGitHub
 from tests.fakes.kube import FakeKube, kustomization
 from tests.fakes.service import Origin as BaseOrigin

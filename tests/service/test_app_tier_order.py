@@ -20,14 +20,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import bot.adapters.git as gitrepo
-from bot.engine.errors import ConfigError
+from bot.engine.core.errors import ConfigError
 from bot.adapters.github import GitHubAdapter, GitHubAuth
 from bot.adapters.git import Mirrors
 from bot.service.app import build_service
 from bot.service.settings import ServiceConfig, load_service_config
-from bot.engine.settings import ClusterPolicy, GitIdentity, RepoPolicy
-from bot.engine.tierfix import BRANCH
-from bot.engine.tierorder import read_tier_order
+from bot.engine.chatops.settings import ClusterPolicy, GitIdentity, RepoPolicy
+from bot.engine.ordering.tierfix import BRANCH
+from bot.engine.ordering.tierorder import read_tier_order
 from tests.fakes.github import FakeGitHub
 from tests.gitrepo import EXAMPLE, commit_all, pre_fix
 from tests.golden import assert_golden

@@ -19,15 +19,15 @@ from typing import Any, AsyncIterator, Callable
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.engine.errors import UserError
+from bot.engine.core.errors import UserError
 from bot.adapters.github import GitHubAdapter, GitHubAuth
-from bot.engine.github_models import StatusInfo
+from bot.engine.chatops.github_models import StatusInfo
 from bot.service.metrics import new_metrics
 from bot.service.runs import RunQueue
 from handlers.precheck_runs import PrecheckRuns
 from bot.service.app import Service, build_service
 from bot.service.settings import ServiceConfig
-from bot.engine.settings import ClusterPolicy, LeaderElection, RepoPolicy
+from bot.engine.chatops.settings import ClusterPolicy, LeaderElection, RepoPolicy
 from bot.service.claims import UNTAGGED, Claims, parse_claim, pod_of
 from handlers.precheck import Precheck, PrecheckPlan, error_state, running_state
 from tests.fakes.context import MemoryGit, MemoryGitHub, pull_info

@@ -397,7 +397,7 @@ def test_markdown_of_a_500_tier_repository_fits_one_comment(tmp_path: Path, caps
     import yaml
 
     from bench.synth import generate
-    from bot.engine.github_limits import MAX_COMMENT
+    from bot.engine.core.github_limits import MAX_COMMENT
 
     root = tmp_path / "synth"
     generate(root, tiers=500, objects=3000, clusters=("dev",), git=False)

@@ -18,12 +18,12 @@ from typing import Any, AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.engine.errors import ConfigError
+from bot.engine.core.errors import ConfigError
 from bot.adapters.kube import ClusterAccess
 from bot.adapters.lease import KubeLeaseStore, LeaseRecord, lease_body, micro_time, record_from_lease
 from bot.service.leader import LeaderElector, lease_namespace, replica_identity
 from bot.service.settings import load_service_config
-from bot.engine.settings import LeaderElection
+from bot.engine.chatops.settings import LeaderElection
 from tests.fakes.kube import FakeKube
 
 NS, NAME = "fluxwarden", "fluxwarden-leader"

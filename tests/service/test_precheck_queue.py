@@ -11,7 +11,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from bot.engine.jobs import PrecheckKey
+from bot.engine.chatops.jobs import PrecheckKey
 from bot.service.metrics import new_metrics
 from bot.service.runs import RunQueue, Submitted
 from handlers.precheck_runs import PrecheckRuns

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from bot.engine.jobs import DriftKey, FixTierOrderKey, PrecheckKey, TierOrderKey
+from bot.engine.chatops.jobs import DriftKey, FixTierOrderKey, PrecheckKey, TierOrderKey
 from bot.service.runs import RunQueue, Submitted
 
 

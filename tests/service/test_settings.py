@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.chartsource import Credential
-from bot.engine.errors import ConfigError
+from bot.engine.render.chartsource import Credential
+from bot.engine.core.errors import ConfigError
 from bot.service.settings import load_service_config
 
 REQUIRED = {"FLUXWARDEN_WEBHOOK_SECRET": "hook", "FLUXWARDEN_GITHUB_TOKEN": "ghp_x"}
@@ -104,7 +104,7 @@ def _pod() -> dict:
 
 
 def test_render_memory_reads_kubernetes_sizes_and_the_environment(tmp_path: Path) -> None:
-    from bot.engine.settings import Limits
+    from bot.engine.chatops.settings import Limits
 
     assert load_service_config(None, REQUIRED).limits.render_memory == Limits.render_memory
     assert load(tmp_path, "limits: {render_memory: 2Gi}\n").limits.render_memory == 2 * 1024**3
@@ -117,7 +117,7 @@ def test_render_memory_reads_kubernetes_sizes_and_the_environment(tmp_path: Path
 
 def test_the_shipped_pod_limit_holds_the_render_budget_the_bot_and_headroom() -> None:
     """deploy/deployment.yaml's memory limit ≥ the default render budget + the bot's own peak + a tenth."""
-    from bot.engine.settings import SERVICE_MEMORY, Limits, parse_bytes
+    from bot.engine.chatops.settings import SERVICE_MEMORY, Limits, parse_bytes
 
     [container] = [c for c in _pod()["containers"] if c["name"] == "fluxwarden"]
     limit = parse_bytes(container["resources"]["limits"]["memory"], "the pod's memory limit")

@@ -1,0 +1,1 @@
+"""A bootstrap script's tier-order list: read, checked and minimally fixed."""
