@@ -11,6 +11,7 @@ from bot.adapters.memory import check_stop
 from bot.engine.tiergraph.checks.graph import anchor_cycles
 from bot.engine.tiergraph.coldstart import compare
 from bot.engine.render.config import CONFIG_FILE, RepoConfig, load_repo_config
+from bot.engine.render.remote import added_remote_findings
 from bot.engine.reporting.diff import ClusterDiff, diff_clusters, prune_transient_findings
 from bot.engine.core.errors import UserError
 from bot.engine.livestate.live import LiveState, Move, ObjectFetcher, evaluate_preconditions, required_tier_ids
@@ -104,7 +105,10 @@ def _review(
     diff = diff_clusters(base.render if base else None, head.render)
     releases = diff_releases(base.render if base else None, head.render)
     transient = [_with_line(f, head) for f in prune_transient_findings(diff, base.render if base else None, head.render)]
-    findings = anchor_cycles([*head.report.findings, *transient], head.graph, changed, head.renderer.snapshot.read_text, base.graph if base else None)
+    added = added_remote_findings(head.render.tiers, base.render.tiers if base else None)
+    findings = anchor_cycles(
+        [*head.report.findings, *transient, *added], head.graph, changed, head.renderer.snapshot.read_text, base.graph if base else None,
+    )
     report = build_report(head.render, head.graph, findings, head.report.cold_start)
     reviewed = mark_new(report.findings, base.report.findings if base else ())
     touched = {tid for tid, tier in head.render.tiers.items() if tier.inputs & changed}

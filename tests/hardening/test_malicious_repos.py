@@ -66,8 +66,8 @@ def cases(outside: Path) -> dict[str, tuple[dict, dict, str, str]]:
             {"apps/kustomization.yaml": kustomization("app.yaml", extra="transformers: [fn.yaml]\n"), "apps/fn.yaml": EXEC_FUNCTION.replace("./evil.sh", str(outside / "evil.sh"))},
             {}, "unsafe-path", "plugin",
         ),
-        "remote-base": ({"apps/kustomization.yaml": kustomization("app.yaml", "github.com/evil/repo//base?ref=v1")}, {}, "unsafe-path", "remote"),
-        "remote-url": ({"apps/kustomization.yaml": kustomization("app.yaml", "https://127.0.0.1:9/x.yaml")}, {}, "unsafe-path", "remote"),
+        "remote-base": ({"apps/kustomization.yaml": kustomization("app.yaml", "github.com/evil/repo//base?ref=v1")}, {}, "remote-resource-not-fetched", "added by this change"),
+        "remote-url": ({"apps/kustomization.yaml": kustomization("app.yaml", "https://127.0.0.1:9/x.yaml")}, {}, "remote-resource-not-fetched", "added by this change"),
         "dotdot-resource": ({"apps/kustomization.yaml": kustomization("app.yaml", climb)}, {}, "unsafe-path", "out of the repo"),
         "dotdot-generator": (
             {"apps/kustomization.yaml": kustomization("app.yaml", extra=f"configMapGenerator:\n  - name: g\n    files: [k={climb}/secret.yaml]\n")},
@@ -100,7 +100,10 @@ async def test_malicious_prs_fail_clearly_and_leak_nothing(start, origin: Origin
         for number, (name, head, check, words) in numbered.items():
             states = h.states(head)
             comments = h.comments(number)
-            if states != ["pending", "failure"]:
+            # Remote content is valid Flux (kustomize-controller fetches it; we never do): a warning the PR added,
+            # never fetched (no request reaches 127.0.0.1:9), as a chart the change touches and cannot render.
+            expected = ["pending", "success"] if check == "remote-resource-not-fetched" else ["pending", "failure"]
+            if states != expected:
                 problems.append(f"{name}: statuses {states}")
             if len(comments) != 1:
                 problems.append(f"{name}: {len(comments)} comments")

@@ -145,3 +145,22 @@ def test_generator_files_by_url_keep_the_generated_object(tmp_path: Path) -> Non
     assert configmap.ref.name == "dash" and set(configmap.body["data"]) == {"local.json"}
     [remote] = _of(report.findings, "remote-resource-not-fetched")
     assert "https://raw.githubusercontent.com/org/repo/main/d.json" in remote.message
+
+
+def test_remote_content_a_change_adds_is_a_new_warning(tmp_path: Path) -> None:
+    """A PR that adds `github.com/evil/repo//base` gets a new warning naming it (Flux would apply what we never
+    see); the remote bundle the base already had stays an old info line, and a second run adds nothing."""
+    from bot.pipeline.review import review_repository
+    from tests.gitrepo import commit_all, init_repo
+
+    root = write_tree(tmp_path / "repo", toboshii_shaped([CERT_MANAGER_CRDS], [ISSUER, DB]))
+    git_repo = init_repo(root)
+    base = git_repo.head.commit.hexsha
+    write_tree(root, {"cluster/crds/cert-manager/kustomization.yaml": kustomization(CERT_MANAGER_CRDS, "github.com/evil/repo//base?ref=v1")})
+    head = commit_all(git_repo, "add a remote base")
+    review = review_repository(root, "dev", base, head, cache_dir=tmp_path / "cache")
+    added = [r for r in review.findings if r.finding.check == "remote-resource-not-fetched" and r.finding.severity is Severity.WARNING]
+    assert [r.new for r in added] == [True]
+    assert "github.com/evil/repo//base?ref=v1" in added[0].finding.message and CERT_MANAGER_CRDS not in added[0].finding.message
+    unchanged = review_repository(root, "dev", head, head, cache_dir=tmp_path / "cache")
+    assert not [r for r in unchanged.findings if r.finding.check == "remote-resource-not-fetched" and r.finding.severity is not Severity.INFO]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from bot.engine.core.errors import InputError
 from bot.engine.render.generate import RemoteEntry
-from bot.engine.core.model import Finding, Severity, SourceLocation, TierSpec
+from bot.engine.render.rendered import RenderedTier
+from bot.engine.core.model import Finding, Severity, SourceLocation, TierId, TierSpec
 from bot.engine.core.tree import RepoTree
 from bot.engine.render.yamlio import load_all
 
@@ -107,3 +108,25 @@ def remote_finding(spec: TierSpec, entries: Sequence[RemoteEntry], refused: Remo
         kustomization=spec.id,
         location=location,
     )
+
+
+def added_remote_findings(head: Mapping[TierId, RenderedTier], base: Mapping[TierId, RenderedTier] | None) -> list[Finding]:
+    """A warning per tier that builds remote content its base side did not (a change adds it): unchecked content a
+    PR brings in, as a chart the change touches and that cannot be rendered is (`chart-not-rendered`). Judged by
+    URL over the whole base side, so a tier renamed or moved adds nothing."""
+    before = {url for tier in (base or {}).values() for url in tier.remote}
+    out = []
+    for tid, tier in head.items():
+        urls = list(dict.fromkeys(url for url in tier.remote if url not in before))
+        if not urls:
+            continue
+        shown = ", ".join(urls[:_MAX_SHOWN]) + (f" and {len(urls) - _MAX_SHOWN} more" if len(urls) > _MAX_SHOWN else "")
+        out.append(Finding(
+            REMOTE_NOT_FETCHED,
+            Severity.WARNING,
+            f"{tid} now builds remote content (added by this change) that kustomize-controller fetches and Fluxwarden "
+            f"never does: {shown}. Its objects are not checked: review them at their source",
+            kustomization=tid,
+            location=tier.spec.origin,
+        ))
+    return out
