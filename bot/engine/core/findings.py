@@ -247,7 +247,7 @@ CATALOGUE = Catalogue((
         "remote-resource-not-fetched",
         Severity.INFO,
         "a tier's build names remote content (a remote base or a file by URL), which Fluxwarden never fetches",
-        "a kustomization lists a remote resource, base, component or generator file (`https://…`, `github.com/…//dir?ref=…`): kustomize-controller fetches it by default, Fluxwarden never does (a PR is untrusted input), so the tier is rendered without it and what it holds is not checked; a well-known CRD bundle still counts as providing its kinds. An error when git shows the cluster's kustomize-controller runs with `--no-remote-bases` (a patch, or a multitenant FluxInstance) and the entry is a git remote base: the build fails",
+        "a kustomization lists a remote resource, base, component or generator file (`https://…`, `github.com/…//dir?ref=…`): kustomize-controller fetches it by default, Fluxwarden never does (a PR is untrusted input), so the tier is rendered without it and what it holds is not checked; a well-known CRD bundle still counts as providing its kinds. A warning in a review for remote content the change adds (named, to be reviewed at its source). An error when git shows the cluster's kustomize-controller runs with `--no-remote-bases` (a patch, or a multitenant FluxInstance) and the entry is a git remote base: the build fails",
     ),
     FindingKind(
         "not-rendered",
