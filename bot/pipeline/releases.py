@@ -31,8 +31,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-import yaml
-
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.adapters.helm import HelmRenderer
 from bot.adapters.kustomize import KustomizeBinary, run_build
@@ -40,7 +38,7 @@ from bot.adapters.workers import WorkerPool
 from bot.engine.render.chartrender import ChartRenderFailure, ChartRenderRequest, ChartRenderResult, effective_values_files
 from bot.engine.render.chartsource import ChartFetchError, FetchedChart, FetchPolicy, source_host
 from bot.engine.render.config import RepoConfig
-from bot.engine.core.errors import RenderError
+from bot.engine.core.errors import InputError, RenderError
 from bot.engine.render.facts import TierFacts
 from bot.engine.render.helmignore import HELMIGNORE, HelmIgnore, HelmIgnoreError
 from bot.engine.render.helmrelease import ChartPlan, ChartUnavailable, ReleaseSpec, not_rendered_findings, parse_release
@@ -50,6 +48,7 @@ from bot.engine.render.helmvalues import (
 from bot.engine.core.model import Finding, GroupKind, Manifest, ObjectRef, Severity, TierId
 from bot.engine.render.semver import ConstraintError, resolve_version
 from bot.engine.render.rendered import ClusterRender, Outcome, RenderedRelease, RenderedTier
+from bot.engine.render.yamlio import load_one
 from bot.engine.render.scope import cluster_scoped_kinds
 from bot.engine.core.tree import RepoTree
 from bot.pipeline.progress import Progress
@@ -621,9 +620,9 @@ def _collect(snapshot: RepoTree, root: str, prefix: str, entries: list[tuple[str
 
 def _missing_dependencies(snapshot: RepoTree, root: str, listed: Sequence[str]) -> list[tuple[str, str, str]]:
     """(alias or name, repository, version) of each Chart.yaml dependency with nothing of that name in charts/."""
-    try:
-        metadata = yaml.safe_load(snapshot.read_text(_join(root, "Chart.yaml")) or "")
-    except yaml.YAMLError:
+    try:  # the bounded C loader (bot/engine/render/yamlio.py): read on every review of every chart from git
+        metadata = load_one(snapshot.read_text(_join(root, "Chart.yaml")) or "", _join(root, "Chart.yaml"))
+    except InputError:
         return []  # Helm's loader reports it when the chart renders
     declared = metadata.get("dependencies") if isinstance(metadata, dict) else None
     if not isinstance(declared, list):

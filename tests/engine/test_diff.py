@@ -672,3 +672,28 @@ def test_one_finding_per_tier_pair() -> None:
     findings = prune_findings(base, head)
     assert [(f.kustomization.name, f.object.name) for f in findings] == [("a", "x"), ("a", "z")]
     assert "flux-system/b" in findings[0].message and "flux-system/c" in findings[1].message
+
+
+class _Untouchable(tuple):
+    """A tier's objects as read back from the cache on demand: iterating them is what the diff must avoid."""
+
+    reads = 0
+
+    def __iter__(self):
+        type(self).reads += 1
+        return super().__iter__()
+
+
+def test_a_tier_finished_under_the_same_key_on_both_sides_is_not_read() -> None:
+    """A warm review reads the base side back from the cache: an unchanged tier (equal finish keys: same build,
+    same variables) is not loaded to be compared; a tier whose key changed is, and its change is found."""
+    base, head = render({"a": [cm("x")], "b": [deployment()]}), render({"a": [cm("x")], "b": [deployment(image="nginx:1.26")]})
+    keyed = {}
+    for side, name in ((base, "base"), (head, "head")):
+        keyed[name] = dataclasses.replace(side, tiers={
+            tid("a"): dataclasses.replace(side.tiers[tid("a")], manifests=_Untouchable(side.tiers[tid("a")].manifests), finish_key="same"),
+            tid("b"): dataclasses.replace(side.tiers[tid("b")], finish_key=f"b-{name}"),
+        })
+    _Untouchable.reads = 0
+    diff = diff_clusters(keyed["base"], keyed["head"])
+    assert only_change(diff).ref.name == "web" and _Untouchable.reads == 0

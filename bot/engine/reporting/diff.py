@@ -221,9 +221,15 @@ def diff_clusters(base: ClusterRender | None, head: ClusterRender) -> ClusterDif
         {t for t, r in base_tiers.items() if not _comparable(r)} | {t for t, r in head.tiers.items() if not _comparable(r)}
     )
     partial = [t for t in uncompared if t in base_tiers and t in head.tiers and base_tiers[t].rendered and head.tiers[t].rendered]
-    # A tier the review finished once for both sides (same build, same variables) shares its
-    # manifests: nothing in it changed, and none of its objects can be the end of a move.
-    same = {t for t, r in head.tiers.items() if t in base_tiers and r.manifests and base_tiers[t].manifests is r.manifests}
+    # A tier the review finished once for both sides (same build, same variables) shares its manifests, and
+    # one finished under the same key (bot/engine/render/finish.py finish_key: its build's content and its
+    # variables) has the same ones: nothing in it changed, and none of its objects can be the end of a move.
+    # Judged by key first, so a side read back from the cache loads none of its unchanged tiers' objects.
+    same = {
+        t for t, r in head.tiers.items()
+        if t in base_tiers and t not in uncompared
+        and ((r.finish_key is not None and r.finish_key == base_tiers[t].finish_key) or (r.manifests and base_tiers[t].manifests is r.manifests))
+    }
     skip = set(uncompared) | same
     old = _entries(base_tiers, skip)
     new = _entries(head.tiers, skip)
