@@ -677,6 +677,7 @@ def test_one_finding_per_tier_pair() -> None:
 class _Untouchable(tuple):
     """A tier's objects as read back from the cache on demand: iterating them is what the diff must avoid."""
 
+    __slots__ = ()
     reads = 0
 
     def __iter__(self):
