@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, MutableMapping, Protocol
 
@@ -90,3 +90,19 @@ def normalise_repo_path(path: str) -> str | None:
 def blob_id(data: bytes) -> str:
     """git's object id of a file's content: a working-tree file and a committed one key the cache alike."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def yaml_files(tree: RepoTree, top: str, limit: int) -> Iterator[str]:
+    """The YAML files below directory `top` (repo-relative), depth first in name order, at most `limit` of them."""
+    stack, seen = [top], 0
+    while stack:
+        directory = stack.pop()
+        subdirs, names = tree.list_dir(directory)
+        stack.extend(posixpath.join(directory, d) if directory else d for d in reversed(subdirs))
+        for name in names:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            if seen >= limit:
+                return
+            seen += 1
+            yield posixpath.join(directory, name) if directory else name

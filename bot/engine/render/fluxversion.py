@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bot.engine.core.errors import InputError
 from bot.engine.render.semver import ConstraintError, Version, parse_version, resolve_version
-from bot.engine.core.tree import RepoTree
+from bot.engine.core.tree import RepoTree, yaml_files
 from bot.engine.render.yamlio import load_all
 
 # The newest patch of each Flux minor (fluxcd/flux2 tags): what a FluxInstance's range resolves to.
@@ -56,24 +56,15 @@ def cluster_flux_version(snapshot: RepoTree, entry: str, override: str | None = 
             return FluxVersion(parsed, "clusters.<name>.flux_version in .fluxwarden.yaml")
     header: FluxVersion | None = None
     instance: FluxVersion | None = None
-    stack, seen = [entry], 0
-    while stack and seen < _MAX_FILES:
-        directory = stack.pop()
-        subdirs, names = snapshot.list_dir(directory)
-        stack.extend(posixpath.join(directory, d) if directory else d for d in reversed(subdirs))
-        for name in names:
-            if not name.endswith((".yaml", ".yml")):
-                continue
-            seen += 1
-            rel = posixpath.join(directory, name) if directory else name
-            if header is None and name.startswith("gotk-components"):
-                head = (snapshot.read_bytes(rel) or b"")[:_HEAD_BYTES].decode("utf-8", errors="replace")
-                match = _HEADER.search(head)
-                parsed = parse_version(match.group(1)) if match else None
-                if parsed is not None:
-                    header = FluxVersion(parsed, rel)
-            elif instance is None:
-                instance = _instance_version(snapshot, rel)
+    for rel in yaml_files(snapshot, entry, _MAX_FILES):
+        if header is None and posixpath.basename(rel).startswith("gotk-components"):
+            head = (snapshot.read_bytes(rel) or b"")[:_HEAD_BYTES].decode("utf-8", errors="replace")
+            match = _HEADER.search(head)
+            parsed = parse_version(match.group(1)) if match else None
+            if parsed is not None:
+                header = FluxVersion(parsed, rel)
+        elif instance is None:
+            instance = _instance_version(snapshot, rel)
     return header or instance
 
 

@@ -9,7 +9,6 @@ SecureBuild gives kustomize an on-disk filesystem confined to the root, so a clo
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from bot.engine.core.errors import InputError
 from bot.engine.render.generate import RemoteEntry
 from bot.engine.render.rendered import RenderedTier
 from bot.engine.core.model import Finding, Severity, SourceLocation, TierId, TierSpec
-from bot.engine.core.tree import RepoTree
+from bot.engine.core.tree import RepoTree, yaml_files
 from bot.engine.render.yamlio import load_all
 
 REMOTE_NOT_FETCHED = "remote-resource-not-fetched"
@@ -42,21 +41,12 @@ def no_remote_bases(snapshot: RepoTree, entry: str) -> RemoteBasesRefused | None
     `spec.cluster.multitenant: true` (the Flux Operator's multitenant profile adds `--no-remote-bases=true`:
     controlplaneio-fluxcd/flux-operator internal/controller/fluxinstance_controller_test.go).
     """
-    stack, seen = [entry], 0
-    while stack and seen < _MAX_FILES:
-        directory = stack.pop()
-        subdirs, names = snapshot.list_dir(directory)
-        stack.extend(posixpath.join(directory, d) if directory else d for d in reversed(subdirs))
-        for name in names:
-            if not name.endswith((".yaml", ".yml")):
-                continue
-            seen += 1
-            rel = posixpath.join(directory, name) if directory else name
-            text = snapshot.read_text(rel) or ""
-            if "no-remote-bases" in text and _flag_on(text):
-                return RemoteBasesRefused(rel)
-            if "multitenant" in text and "FluxInstance" in text and _multitenant(text, rel):
-                return RemoteBasesRefused(rel)
+    for rel in yaml_files(snapshot, entry, _MAX_FILES):
+        text = snapshot.read_text(rel) or ""
+        if "no-remote-bases" in text and _flag_on(text):
+            return RemoteBasesRefused(rel)
+        if "multitenant" in text and "FluxInstance" in text and _multitenant(text, rel):
+            return RemoteBasesRefused(rel)
     return None
 
 
