@@ -177,42 +177,21 @@ def _namespace(name: str) -> dict[str, Any]:
 
 
 def _crd(group: str, kind: str, plural: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "spec": {
-                                    "type": "object",
-                                    "required": ["size"],
-                                    "properties": {
-                                        "size": {"type": "integer", "minimum": 0},
-                                        "owner": {"type": "string"},
-                                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                                    },
-                                },
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            },
-                        }
-                    },
-                }
-            ],
+    return synth_charts.crd_manifest(group, kind, plural, {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["size"],
+                "properties": {
+                    "size": {"type": "integer", "minimum": 0},
+                    "owner": {"type": "string"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
-    }
+    })
 
 
 def _cr(group: str, kind: str, name: str, namespace: str, size: int) -> dict[str, Any]:

@@ -427,10 +427,18 @@ def _operator_crd(group: str, kind: str, plural: str, rng: random.Random) -> dic
             },
         },
     }
+    return crd_manifest(group, kind, plural, schema, annotations={"controller-gen.kubebuilder.io/version": "v0.16.0"})
+
+
+def crd_manifest(group: str, kind: str, plural: str, schema: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A namespaced v1 CRD with a `Size` printer column and `schema` (bench/synth.py's tier CRDs use it too)."""
+    metadata: dict[str, Any] = {"name": f"{plural}.{group}"}
+    if annotations:
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}", "annotations": {"controller-gen.kubebuilder.io/version": "v0.16.0"}},
+        "metadata": metadata,
         "spec": {
             "group": group,
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
