@@ -11,7 +11,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from queue import SimpleQueue
@@ -61,6 +63,35 @@ def _die_with_parent(parent_pid: int) -> None:
             pass  # no prctl: close() and the EOF on our pipe still end us
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _main_not_inherited() -> Iterator[None]:
+    """Start a spawned child without re-running our `__main__` in it.
+
+    multiprocessing's spawn has the child import the parent's main module (spawn.get_preparation_data reads
+    `__main__.__spec__`, else its `__file__`): for `fluxwarden` that is the whole CLI, about 0.2 s of imports
+    before a worker can take its first task, competing with the parent for the CPU. A task here is always a
+    function of an importable module (bot.adapters.*), so the child needs none of it: the main module looks
+    anonymous while the child's preparation data is taken.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    with _MAIN_LOCK:
+        saved: dict[str, Any] = {name: main.__dict__[name] for name in ("__spec__", "__file__") if name in main.__dict__}
+        main.__dict__["__spec__"] = None
+        main.__dict__.pop("__file__", None)
+        try:
+            yield
+        finally:
+            main.__dict__.update(saved)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
 
 
 def _worker_main(conn: Connection, parent_pid: int) -> None:
@@ -314,7 +345,8 @@ class WorkerPool:
     def _spawn(self) -> _Worker:
         ours, theirs = _CONTEXT.Pipe(duplex=True)
         process = _CONTEXT.Process(target=_worker_main, args=(theirs, os.getpid()), name="fluxwarden-worker", daemon=True)
-        process.start()
+        with _main_not_inherited():
+            process.start()
         theirs.close()
         assert process.pid is not None  # start() gave it one
         return _Worker(process, ours, process.pid)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # imported on first fetch: HTTP, TLS and email parsing are fo
 
 # The objects valuesFrom reads (the chart sources come with the tiers' facts: bot/engine/render/facts.py).
 VALUES_KINDS = frozenset({"ConfigMap", "Secret"})
+VALUES_GROUP_KINDS = tuple(GroupKind("", kind) for kind in sorted(VALUES_KINDS))
 CRD = GroupKind("apiextensions.k8s.io", "CustomResourceDefinition")
 MAX_CHART_FILES = 5000  # a chart packed from this repository: as the fetcher bounds an archive
 MAX_CHART_BYTES = 100 * 1024 * 1024
@@ -139,6 +140,15 @@ class ChartStage:
         if self._pool is not None:
             self._pool.close()
             self._pool = self._helm = None
+
+
+@dataclass(frozen=True)
+class KeptRelease:
+    """A rendered release's objects as kept by the build cache, with the chart name and version they came from."""
+
+    chart: str
+    version: str
+    objects: ReleaseObjects
 
 
 @dataclass(frozen=True)
@@ -241,9 +251,8 @@ def _objects(
     for tid, tier_facts in facts.items():
         for manifest in (*tier_facts.chart_sources, *tier_facts.crd_outlines):
             out.setdefault((manifest.ref.kind, manifest.ref.namespace, manifest.ref.name), manifest)
-        has_values = any(
-            (stub.ref.kind, stub.ref.namespace, stub.ref.name) in wanted
-            for gk, stubs in tier_facts.kinds.items() if gk.group == "" and gk.kind in VALUES_KINDS for stub in stubs
+        has_values = wanted and any(
+            (stub.ref.kind, stub.ref.namespace, stub.ref.name) in wanted for kind in VALUES_GROUP_KINDS for stub in tier_facts.kinds.get(kind, ())
         )
         if not has_values:
             continue
@@ -326,7 +335,7 @@ def _render_one(
     base = replace(base, values=None)  # fetched: the render itself says which CRDs it installs
     findings = list(values.missing)
     source_values = _source_values(snapshot, plan) if plan.kind == "git" else None
-    key = ""
+    key, read = "", None
     result: ChartRenderResult | ChartRenderFailure | None
     if isinstance(source_values, ChartRenderFailure):
         result = source_values
@@ -337,6 +346,19 @@ def _render_one(
             source_values=source_values, ignore_missing_values_files=plan.ignore_missing_values_files,
         )
         key = _render_key(request, chart.digest)
+        # Parsing a render's YAML is most of a cache hit: the objects are kept too (this run, then the build cache),
+        # by the render and what else decides them, and a hit needs no render read back. Never when a Secret's
+        # values were masked into them.
+        read = None if values.from_secrets else versioned_key(
+            "helm-objects", key, scope_key, json.dumps(list(spec.post_renderers), sort_keys=True, default=str),
+            str(spec.ref), spec.namespace, spec.install_crds, spec.create_namespace, repr(spec.origin),
+        )
+        kept = _remembered(stage, read)
+        if isinstance(kept, KeptRelease):
+            findings.extend(kept.objects.findings)
+            return replace(
+                base, outcome=Outcome.RENDERED, chart=kept.chart, version=kept.version, manifests=kept.objects.manifests, crds=kept.objects.crds,
+            ), findings
         result = _rendered(stage, request, key, cached_only)
         if result is None:
             return None
@@ -354,17 +376,9 @@ def _render_one(
         result = posted
     secrets = values.from_secrets
     files = [(path, mask_secret_values(text, secrets) if secrets else text) for path, text in result.manifests]
-    label = f"{result.chart_name} {result.chart_version}"
-    # Parsing a render's YAML is most of a cache hit: the objects are kept too (this run, then the build cache),
-    # by the render and what else decides them. Never when a Secret's values were masked into them.
-    read = None if secrets else versioned_key(
-        "helm-objects", key, scope_key, label, str(spec.ref), spec.namespace, spec.install_crds, spec.create_namespace, repr(spec.origin)
-    )
-    objects_of = _remembered(stage, read)
-    if not isinstance(objects_of, ReleaseObjects):
-        objects_of = release_objects(files, result.crds, spec, scoped, chart=label)
-        if read is not None:
-            _remember(stage, read, objects_of)
+    objects_of = release_objects(files, result.crds, spec, scoped, chart=f"{result.chart_name} {result.chart_version}")
+    if read is not None:
+        _remember(stage, read, KeptRelease(result.chart_name, result.chart_version, objects_of))
     findings.extend(objects_of.findings)
     release = replace(
         base, outcome=Outcome.RENDERED, chart=result.chart_name, version=result.chart_version,

@@ -174,6 +174,34 @@ def test_a_sigkilled_parent_leaves_no_orphan_worker(tmp_path: Path) -> None:
             owner.stdout.close()
 
 
+@pytest.mark.parametrize("how", ["path", "module"])
+def test_a_worker_does_not_run_the_parents_main_module(tmp_path: Path, how: str) -> None:
+    """A spawned worker starts without importing the program that owns the pool (`fluxwarden`: the whole CLI),
+    whether that program is a script or `python -m`; the program's own `__main__` is left as it was."""
+    ran = tmp_path / "ran"
+    (tmp_path / "owner_main.py").write_text(
+        "import os, sys\n"
+        f"with open({str(ran)!r}, 'a') as log: log.write(f'{{os.getpid()}}\\n')\n"
+        "if __name__ == '__main__':\n"
+        "    from bot.adapters.workers import WorkerPool\n"
+        "    from tests.adapters import worker_tasks\n"
+        "    main = sys.modules['__main__']\n"
+        "    before = (main.__spec__, main.__dict__.get('__file__'))\n"
+        "    with WorkerPool(1, task_timeout=60, max_task_rss=2**30, recycle_after=100, recycle_rss=2**30) as pool:\n"
+        "        value, pid = pool.call(worker_tasks.echo, 'ok')\n"
+        "    assert (main.__spec__, main.__dict__.get('__file__')) == before\n"
+        "    print(value, pid)\n",
+        encoding="utf-8",
+    )
+    argv = [sys.executable, str(tmp_path / "owner_main.py")] if how == "path" else [sys.executable, "-m", "owner_main"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    value, worker = done.stdout.split()
+    assert value == "ok" and int(worker) > 0
+    assert len(ran.read_text().split()) == 1  # the owner ran it; its worker did not
+
+
 def test_a_worker_that_died_while_idle_is_replaced_not_reported(pool: WorkerPool) -> None:
     first = pool.call(tasks.echo, 0)[1]
     os.kill(first, signal.SIGKILL)  # as the OOM killer would

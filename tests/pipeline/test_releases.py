@@ -219,6 +219,23 @@ def test_post_renderers_patch_the_chart_s_objects(tmp_path: Path) -> None:
     assert deployment.body["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.29-alpine"
 
 
+def test_a_changed_post_renderer_is_rendered_anew_from_a_warm_cache(tmp_path: Path) -> None:
+    """The same chart and values under another postRenderer: the cached objects of the first never stand in."""
+    def post(replicas: int) -> list[dict[str, Any]]:
+        patch = {"patch": f"- op: replace\n  path: /spec/replicas\n  value: {replicas}\n", "target": {"kind": "Deployment", "name": "web"}}
+        return [{"kustomize": {"patches": [patch]}}]
+
+    options = CheckOptions(cache_dir=tmp_path / "cache")
+    repo = _repo(tmp_path, [helm_release("web", "./charts/webapp", postRenderers=post(5))])
+    seen = []
+    for replicas in (5, 7, 5):
+        (repo / "apps/release.yaml").write_text(dump(helm_release("web", "./charts/webapp", postRenderers=post(replicas))), encoding="utf-8")
+        with render_repository(repo, "dev", options) as built:
+            [release] = built.render.releases.values()
+            seen.append(release.manifests[0].body["spec"]["replicas"])
+    assert seen == [5, 7, 5]
+
+
 def test_a_post_renderer_that_fails_is_an_error(tmp_path: Path) -> None:
     post = [{"kustomize": {"patches": [{"patch": "- op: replace\n  path: /spec/nothing/here\n  value: 1\n", "target": {"kind": "Deployment"}}]}}]
     repo = _repo(tmp_path, [helm_release("web", "./charts/webapp", postRenderers=post)])
