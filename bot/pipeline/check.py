@@ -19,7 +19,8 @@ from bot.engine.render.knowledge import default_knowledge
 from bot.engine.core.model import TierId
 from bot.engine.livestate.live import LiveProviderIndex, LiveState, evaluate_preconditions, required_tier_ids
 from bot.engine.tiergraph.providers import ProviderIndex
-from bot.engine.render.rendered import ClusterRender
+from bot.engine.render.facts import TierFacts
+from bot.engine.render.rendered import ClusterRender, RenderedTier
 from bot.engine.reporting.report import CheckReport
 from bot.engine.reporting.verdict import apply_order, build_report, cluster_findings
 from bot.pipeline.memo import FactsStore, FindingsMemo
@@ -127,8 +128,16 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     entry = cluster_entry(config, cluster, snapshot)
     knowledge = default_knowledge().with_user_rules(list(config.runtime_crds)).with_aliases(config.chart_aliases)
     facts = FactsStore(knowledge, cache, renderer.memo)
+    charts = renderer.charts
+
+    def finished(tier: RenderedTier) -> TierFacts:
+        tier_facts = facts.of(tier)
+        if charts is not None:
+            charts.saw(tier_facts)
+        return tier_facts
+
     # The checks read every tier's facts: taken as tiers finish, while others still build.
-    render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
+    render = renderer.render_cluster(cluster, entry, on_finished=finished)
     check_stop()
     tier_facts = facts.of_render(render)
     if renderer.charts is not None:
@@ -137,8 +146,8 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.
     # (A change's files judge its not-rendered charts: a HelmRelease it edits is a warning, so they key it too.)
-    charts = releases_key(render, changed) if render.releases else ""
-    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap, charts)
+    outcomes = releases_key(render, changed) if render.releases else ""
+    memo = FindingsMemo.of(cache if live is None else None, snapshot, config, cluster, binary, bootstrap, outcomes)
     cached = memo.get()
     findings, cold_start = cached if cached is not None else (None, None)
     if findings is None:

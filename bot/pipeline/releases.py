@@ -127,13 +127,20 @@ class ChartStage:
 
     @property
     def helm(self) -> HelmRenderer:
-        if self._helm is None:
-            opts = self.options
-            self._pool = WorkerPool(
-                opts.workers, task_timeout=opts.timeout, max_task_rss=opts.max_rss, recycle_after=opts.recycle_after, recycle_rss=opts.max_rss // 2
-            )
-            self._helm = HelmRenderer(self._pool, timeout=opts.timeout, max_rss=opts.max_rss)
-        return self._helm
+        with self._lock:
+            if self._helm is None:
+                opts = self.options
+                self._pool = WorkerPool(
+                    opts.workers, task_timeout=opts.timeout, max_task_rss=opts.max_rss, recycle_after=opts.recycle_after, recycle_rss=opts.max_rss // 2
+                )
+                self._helm = HelmRenderer(self._pool, timeout=opts.timeout, max_rss=opts.max_rss)
+            return self._helm
+
+    def saw(self, facts: TierFacts) -> None:
+        """A tier finished: when it holds a HelmRelease, a Helm worker starts now, while the other tiers settle and
+        the cache is read (the Go runtime takes a few hundred ms to start), not when the first render needs it."""
+        if facts.helm_releases and self.options.render and self._helm is None:
+            self.helm.prewarm()
 
     def close(self) -> None:
         """Stop the workers (the run is over)."""

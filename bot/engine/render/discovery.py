@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -88,7 +89,11 @@ def in_repo(spec: TierSpec, config: RepoConfig) -> TierSpec:
 def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: Locate) -> TierSpec | None:
     """The Kustomization in the entry tier's own output that applies the entry path from this repository
     (`flux bootstrap`'s gotk-sync, as patched by its kustomization): the truth about the entry tier."""
+    # Only a Kustomization whose path can name the entry is parsed: an entry tier may apply hundreds.
+    roots = {sub for _, sub in config.source_paths}
     for manifest in tier.flux_kustomizations():
+        if not _may_name(manifest, entry, roots):
+            continue
         try:
             spec = tier_spec(manifest, None)
         except TierSpecError:
@@ -96,6 +101,17 @@ def bootstrap_spec(tier: RenderedTier, entry: str, config: RepoConfig, locate: L
         if config.is_this_repo(spec.source) and config.repo_path(spec.source, spec.path) == entry:
             return replace(in_repo(spec, config), origin=locate(manifest))  # located only when found: a file read per tier
     return None
+
+
+def _may_name(manifest: Manifest, entry: str, roots: set[str]) -> bool:
+    """Whether a Kustomization's `spec.path` can be the repository path `entry`, as itself or below an
+    artifact's subdirectory (`RepoConfig.repo_path`); a path `tier_spec` would refuse is left to it."""
+    spec = manifest.body.get("spec")
+    raw = spec.get("path") if isinstance(spec, Mapping) else None
+    path = normalise_repo_path(raw or "") if isinstance(raw, str) or raw is None else None
+    if path is None:
+        return True
+    return path == entry or any((posixpath.join(root, path) if path else root) == entry for root in roots if root)
 
 
 def release_values(manifest: Manifest, config_map: ConfigMapOf) -> Mapping[str, Any] | None:
