@@ -131,11 +131,14 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
     try:
         tree_oid = repo.commit(sha).tree.hexsha
         key = versioned_key("tree-listing", tree_oid)
-        listing = cache.get(key) if cache is not None else None
-        if listing is None:
-            listing = list_commit(list_tree(repo, sha), read_blob) or _HAS_SYMLINKS
+        listed = cache.get(key) if cache is not None else None
+        if not isinstance(listed, ListedTree):
+            entries = list_tree(repo, sha)
+            listed = ListedTree(list_commit(entries, read_blob) or _HAS_SYMLINKS, {e.oid: e.size for e in entries if e.size is not None})
             if cache is not None:
-                cache.put(key, listing)
+                cache.put(key, listed)
+        _BLOB_SIZES.learn(listed.sizes)
+        listing = listed.listing
         if not isinstance(listing, TreeListing):
             export_tree(repo_dir, sha, dest / "export")
             snapshot = build_snapshot(dest / "export", dest)
@@ -146,22 +149,81 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
         repo.close()
 
 
-def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
-    """Every path of a commit (trees included) with its mode, type, object id and size, as `git ls-tree` lists them.
+@dataclass(frozen=True)
+class ListedTree:
+    """What the cache keeps of a tree: its listing (or the symlink stand-in) and the size of each blob it holds."""
 
-    ls-tree reads the commit as source-controller's clone does: no .gitattributes export rules apply.
+    listing: TreeListing | str
+    sizes: dict[str, int]
+
+
+class BlobSizes:
+    """The sizes of blobs listed before, by object id (a blob id names its content, so whichever repository it
+    came from): a commit listed after its base asks git only for the blobs the change added."""
+
+    LIMIT = 500_000  # ids kept; past it the memo starts again
+
+    def __init__(self) -> None:
+        self._sizes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, sizes: dict[str, int]) -> None:
+        with self._lock:
+            if len(self._sizes) + len(sizes) > self.LIMIT:
+                self._sizes = {}
+            self._sizes.update(sizes)
+
+    def get(self, oid: str) -> int | None:
+        return self._sizes.get(oid)
+
+
+_BLOB_SIZES = BlobSizes()
+FEW_NEW_BLOBS = 256  # past this many blobs of unknown size, a listing asks `ls-tree -l` for all of them
+
+
+def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
+    """Every path of a commit (trees included) with its mode, type, object id and size, as `git ls-tree -l` lists them.
+
+    ls-tree reads the commit as source-controller's clone does: no .gitattributes export rules apply. The sizes
+    of blobs listed before come from `_BLOB_SIZES`; git is asked for the others only (`ls-tree -l` reads every
+    blob's header, which for loose objects, as a new commit's are, is most of listing a tree).
     """
-    out = repo.git.ls_tree("-r", "-t", "-l", "-z", "--full-tree", sha, stdout_as_string=False)
-    entries = []
+    rows = _ls_tree(repo, sha, sizes=False)
+    unknown = sorted({oid for _, kind, oid, _, _ in rows if kind == "blob" and _BLOB_SIZES.get(oid) is None})
+    if len(unknown) > FEW_NEW_BLOBS:  # a first listing: git reads each header once either way, ls-tree -l fastest
+        return [TreeEntry(*row) for row in _ls_tree(repo, sha, sizes=True)]
+    asked = _blob_sizes(repo, unknown) if unknown else {}
+    return [
+        TreeEntry(mode, kind, oid, (asked.get(oid) if oid in asked else _BLOB_SIZES.get(oid)) if kind == "blob" else None, path)
+        for mode, kind, oid, _, path in rows
+    ]
+
+
+def _ls_tree(repo: git.Repo, sha: str, *, sizes: bool) -> list[tuple[int, str, str, int | None, str]]:
+    """`git ls-tree -r -t -z` rows: mode, type, object id, size (with `sizes`, for blobs) and path."""
+    out = repo.git.ls_tree("-r", "-t", *(["-l"] if sizes else []), "-z", "--full-tree", sha, stdout_as_string=False)
+    rows = []
     for record in out.split(b"\0"):
         if not record:
             continue
         meta, _, raw_path = record.partition(b"\t")
-        mode, kind, oid, size = meta.split()
-        entries.append(
-            TreeEntry(int(mode, 8), kind.decode(), oid.decode(), None if size == b"-" else int(size), raw_path.decode("utf-8", "surrogateescape"))
-        )
-    return entries
+        mode, kind, oid, *size = meta.split()
+        rows.append((int(mode, 8), kind.decode(), oid.decode(), int(size[0]) if size and size[0] != b"-" else None, raw_path.decode("utf-8", "surrogateescape")))
+    return rows
+
+
+def _blob_sizes(repo: git.Repo, oids: Sequence[str]) -> dict[str, int]:
+    """The sizes of blobs, from one `git cat-file --batch-check` run."""
+    with tempfile.TemporaryFile() as names:  # git reads stdin from a real file
+        names.write("".join(f"{oid}\n" for oid in oids).encode())
+        names.seek(0)
+        out = repo.git.cat_file("--batch-check=%(objectname) %(objecttype) %(objectsize)", istream=names, stdout_as_string=False)
+    sizes = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == b"blob":
+            sizes[parts[0].decode()] = int(parts[2])
+    return sizes
 
 
 def _has_export_attributes(commit: git.Commit) -> bool:

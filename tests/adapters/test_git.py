@@ -534,13 +534,42 @@ def test_a_tree_listed_before_is_read_from_the_cache(example_commit: tuple[Path,
     with gitrepo.commit_snapshot(root, sha, tmp_path / "first", cache) as (_, first):
         assert first.is_file("keep.md")
     [entry] = list(cache.directory.rglob("*.pickle"))
-    listing = cache.get(entry.stem)
-    assert isinstance(listing, TreeListing) and listing.refused == first.refused
+    listed = cache.get(entry.stem)
+    assert isinstance(listed, gitrepo.ListedTree) and isinstance(listing := listed.listing, TreeListing) and listing.refused == first.refused
     # Spoil the cached listing: a snapshot that obeys it did not list the tree again.
     files = {path: f for path, f in listing.files.items() if path != "keep.md"}
-    cache.put(entry.stem, dataclasses.replace(listing, files=files))
+    cache.put(entry.stem, dataclasses.replace(listed, listing=dataclasses.replace(listing, files=files)))
     with gitrepo.commit_snapshot(root, sha, tmp_path / "second", cache) as (_, second):
         assert not second.is_file("keep.md") and second.is_file("apps/kustomization.yaml")
+
+
+def test_a_commit_listed_after_its_base_has_the_sizes_git_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blob sizes known from a listing before stand in for `ls-tree -l`; git is asked for the new blobs only, and
+    a new blob over the size limit is refused as from a full listing."""
+    from bot.adapters.workspace import MAX_FILE_BYTES
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    base = commit_all(repo, "base")
+    (root / "apps/new.yaml").write_text("kind: ConfigMap\n")
+    (root / "apps/big.yaml").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    (root / "keep.md").write_text("changed\n")
+    head = commit_all(repo, "head")
+    monkeypatch.setattr(gitrepo, "_BLOB_SIZES", gitrepo.BlobSizes())
+    asked: list[int] = []
+    real = gitrepo._blob_sizes
+    monkeypatch.setattr(gitrepo, "_blob_sizes", lambda r, oids: asked.append(len(oids)) or real(r, oids))
+
+    def full(rev: str) -> list[gitrepo.TreeEntry]:
+        return [gitrepo.TreeEntry(*row) for row in gitrepo._ls_tree(repo, rev, sizes=True)]
+
+    with gitrepo.commit_snapshot(root, base, tmp_path / "base") as _:
+        pass
+    [first] = asked  # nothing known yet: every blob of a small tree asked at once (a large one: `ls-tree -l`)
+    assert gitrepo.list_tree(repo, head) == full(head) and asked == [first, 3]
+    with gitrepo.commit_snapshot(root, head, tmp_path / "head") as (_, snapshot):
+        assert [r.path for r in snapshot.refused] == ["apps/big.yaml"] and snapshot.read_text("keep.md") == "changed\n"
 
 
 def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path: Path) -> None:
