@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from bot.engine.tiergraph.bootstrap import Bootstrap
 from bot.engine.tiergraph.coldstart import ColdStart, Simulation
@@ -14,6 +14,10 @@ from bot.engine.tiergraph.graph import TierGraph
 from bot.engine.core.model import Finding, Manifest, Severity, SourceLocation, TierId, plural  # noqa: F401  (plural: for the checks)
 from bot.engine.tiergraph.providers import ProviderIndex
 from bot.engine.render.rendered import ClusterRender
+
+
+Identity = tuple[str, str, str, str]  # ObjectRef.identity
+Applier = tuple[TierId, ObjectStub]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,38 @@ class CheckContext:
         """The simulated cold start; a tier whose build failed is not listed as Ready (its objects are unknown)."""
         failed = tuple(sorted(t for t, rendered in self.render.tiers.items() if rendered.failed))
         return replace(self.simulation.result(), unrendered=failed)
+
+    @cached_property
+    def _applier_index(self) -> tuple[dict[Identity, Applier], dict[Identity, list[Applier]]]:
+        first: dict[Identity, Applier] = {}
+        more: dict[Identity, list[Applier]] = {}
+        for tier_id, tier in self.render.tiers.items():
+            facts = self.facts.get(tier_id)
+            if not tier.rendered or facts is None:
+                continue
+            excluded = facts.not_applied_over
+            for stubs in facts.kinds.values():
+                for stub in stubs:
+                    if excluded and stub.ref in excluded:
+                        continue
+                    applier = (tier_id, stub)
+                    held = first.setdefault(stub.ref.identity, applier)
+                    if held is not applier:
+                        more.setdefault(stub.ref.identity, [held]).append(applier)
+        return first, more
+
+    def appliers(self, identity: Identity) -> tuple[Applier, ...]:
+        """The rendered tiers that apply the object `identity` (ObjectRef.identity), in render order; an object
+        marked never to be applied over a live one is not applied here. Indexed once for every check."""
+        first, more = self._applier_index
+        if identity in more:
+            return tuple(more[identity])
+        return (first[identity],) if identity in first else ()
+
+    def applied_twice(self) -> Iterator[tuple[Identity, tuple[Applier, ...]]]:
+        """Each object identity that more than one stub applies (in one tier or several), with its appliers."""
+        for identity, found in self._applier_index[1].items():
+            yield identity, tuple(found)
 
     def tier_location(self, tier: TierId) -> SourceLocation | None:
         """Where the Flux Kustomization `tier` is written."""

@@ -68,7 +68,7 @@ def invalid_name(ctx: CheckContext) -> Iterator[Finding]:
             rule = name_rule(gk)
             for stub in objects:
                 ref = stub.ref
-                if ref in unknown:
+                if unknown and ref in unknown:
                     continue
                 if ref.namespace not in namespaces:
                     namespaces[ref.namespace] = problem(ref.namespace, DNS1123_LABEL)

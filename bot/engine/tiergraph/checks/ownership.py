@@ -23,27 +23,19 @@ def duplicate_object(ctx: CheckContext) -> Iterator[Finding]:
     # (fluxcd/pkg ssa/manager_delete.go), so the one that stops applying it last-held deletes it
     # while the other still defines it.
     appliers: dict[tuple, list[tuple[TierId, ObjectStub]]] = {}
-    for tier_id, tier in ctx.render.tiers.items():
-        if not tier.rendered:
-            continue
-        facts = ctx.facts[tier_id]
-        # The same path applied to another cluster (spec.kubeConfig) is another object. Two kubeConfigs
-        # naming different Secrets count as different clusters (whether they are cannot be known).
-        target = tier.spec.kube_config
-        for gk, stubs in facts.kinds.items():
-            if gk.group == KUSTOMIZATION_GROUP and gk.kind == "Kustomization":
-                continue  # a Kustomization defined twice is reported by the render ("defined more than once")
-            for stub in stubs:
-                if stub.ref in facts.not_applied_over:
-                    continue
-                appliers.setdefault((target, stub.ref.identity), []).append((tier_id, stub))
+    for identity, twice in ctx.applied_twice():
+        _, _, group, kind = identity
+        if group == KUSTOMIZATION_GROUP and kind == "Kustomization":
+            continue  # a Kustomization defined twice is reported by the render ("defined more than once")
+        for tier_id, stub in twice:
+            # The same path applied to another cluster (spec.kubeConfig) is another object. Two kubeConfigs
+            # naming different Secrets count as different clusters (whether they are cannot be known).
+            appliers.setdefault((ctx.render.tiers[tier_id].spec.kube_config, identity), []).append((tier_id, stub))
     groups: dict[tuple[TierId, ...], list[tuple[TierId, ObjectStub]]] = {}
-    for found in appliers.values():
-        if len(found) < 2:
-            continue  # nearly every object: one applier
-        tiers = tuple(sorted({t for t, _ in found}))
+    for applied in appliers.values():
+        tiers = tuple(sorted({t for t, _ in applied}))
         if len(tiers) > 1:
-            groups.setdefault(tiers, []).extend(found)
+            groups.setdefault(tiers, []).extend(applied)
     for tiers, found in sorted(groups.items()):
         first_tier = tiers[0]
         first = next(stub for t, stub in found if t == first_tier)

@@ -61,15 +61,8 @@ def chart_objects(ctx: CheckContext) -> Iterator[Finding]:
                 kustomization=release.tier, object=ref, location=release.location,
             )
     # Only the identities a chart renders are looked up among the tiers' objects (a cluster has tens of thousands).
-    for tier_id, tier_facts in ctx.facts.items():
-        tier = ctx.render.tiers.get(tier_id)
-        if tier is None or not tier.rendered or tier.spec.kube_config:
-            continue
-        for stubs in tier_facts.kinds.values():
-            for stub in stubs:
-                who = appliers.get(stub.ref.identity)
-                if who is not None and stub.ref not in tier_facts.not_applied_over:
-                    who.append(f"Kustomization {tier_id}")
+    for identity, who in appliers.items():
+        who.extend(f"Kustomization {tier_id}" for tier_id, _ in ctx.appliers(identity) if not ctx.render.tiers[tier_id].spec.kube_config)
     yield from _duplicates(ctx, appliers)
 
 
