@@ -31,7 +31,10 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-import git
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import git
 
 from bot.adapters.cache import BuildCache, versioned_key
 from bot.engine.core.errors import InfraError, InputError, UserError
@@ -50,6 +53,7 @@ class GitError(InfraError):
 
 
 def _open(repo_dir: Path) -> git.Repo:
+    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
     try:
         return git.Repo(repo_dir, search_parent_directories=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -69,11 +73,133 @@ def _opened(repo_dir: Path) -> Iterator[git.Repo]:
 
 def resolve(repo_dir: Path, rev: str) -> str:
     """The commit SHA a revision names; a user error when it does not exist."""
-    with _opened(repo_dir) as repo:
-        return _resolve(repo, rev)
+    reader = Reader(repo_dir)
+    try:
+        return reader.resolve(rev)
+    finally:
+        reader.close()
+
+
+_OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+LOCAL_GIT_TIMEOUT = 300.0  # seconds for one local read (a listing of a huge tree); never a network operation
+
+
+class Reader:
+    """A local repository read with the git CLI: revisions, trees, blob sizes and contents.
+
+    A review reads two commits and nothing else of git: through GitPython that cost ~40 ms of import and a
+    `cat-file` helper per Repo, here one `git cat-file --batch` process for the objects and a command for the
+    rest. Like GitPython's Repo(search_parent_directories=False), `repo_dir` must be the repository itself (a
+    work tree's top or a git directory), never a directory inside one.
+    """
+
+    def __init__(self, repo_dir: Path) -> None:
+        self.repo_dir = repo_dir
+        self._git = shutil.which("git") or "git"
+        self._lock = threading.Lock()
+        self._batch: subprocess.Popen[bytes] | None = None
+        if not repo_dir.is_dir():
+            raise UserError(f"{repo_dir} is not a git repository (needed for --base/--head)")
+        # In a bare repository (or a git directory) --show-toplevel fails after --absolute-git-dir has printed.
+        done = self._call("rev-parse", "--absolute-git-dir", "--show-toplevel")
+        lines = done.stdout.decode("utf-8", "surrogateescape").splitlines()
+        here = os.path.realpath(repo_dir)
+        git_dir = lines[0] if lines else None
+        top = lines[1] if len(lines) > 1 and done.returncode == 0 else None
+        if top is not None and os.path.realpath(top) == here:
+            self.bare = False
+        elif git_dir is not None and os.path.realpath(git_dir) == here:
+            self.bare = True
+        else:
+            raise UserError(f"{repo_dir} is not a git repository (needed for --base/--head)")
+
+    def _call(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        try:
+            return subprocess.run(
+                [self._git, "-C", str(self.repo_dir), *args], input=stdin, capture_output=True, timeout=LOCAL_GIT_TIMEOUT, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(f"git {args[0]} took longer than {LOCAL_GIT_TIMEOUT:g} s") from None
+        except OSError as exc:
+            raise GitError(f"git cannot be run ({exc.strerror})") from None
+
+    def run(self, *args: str, stdin: bytes | None = None) -> bytes:
+        """A git command's output; GitError with git's own words when it fails."""
+        done = self._call(*args, stdin=stdin)
+        if done.returncode != 0:
+            raise GitError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-_STDERR_TAIL:]}")
+        return done.stdout
+
+    def resolve(self, rev: str) -> str:
+        """The commit SHA a revision names; a user error when it names none."""
+        done = self._call("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+        sha = done.stdout.decode(errors="replace").strip()
+        if done.returncode != 0 or not _OID.fullmatch(sha):
+            raise UserError(f"unknown git revision {rev!r}")
+        return sha
+
+    def tree_of(self, sha: str) -> str:
+        """The tree id of commit `sha` (its first header line)."""
+        kind, body = self.read_object(sha)
+        first = body.split(b"\n", 1)[0].split()
+        if kind != "commit" or len(first) != 2 or first[0] != b"tree":
+            raise InputError(f"git object {sha[:12]} is not a commit")
+        return first[1].decode()
+
+    def blob(self, oid: str, *, of: str) -> bytes:
+        """A blob's content (`of`: the commit it was listed in, for the message when it cannot be read)."""
+        kind, data = self.read_object(oid, of=of)
+        if kind != "blob":
+            raise InputError(f"git object {oid[:12]} of {of[:12]} is a {kind}, not a file")
+        return data
+
+    def read_object(self, oid: str, *, of: str | None = None) -> tuple[str, bytes]:
+        """An object's type and content from the `git cat-file --batch` process (one request at a time)."""
+        if not _OID.fullmatch(oid):
+            raise InputError(f"{oid[:40]!r} is not a git object id")
+        with self._lock:
+            try:
+                batch = self._batch_process()
+                assert batch.stdin is not None and batch.stdout is not None
+                batch.stdin.write(oid.encode() + b"\n")
+                batch.stdin.flush()
+                header = batch.stdout.readline().split()
+                if len(header) == 3:
+                    size = int(header[2])
+                    data = batch.stdout.read(size)
+                    batch.stdout.read(1)  # the LF after the content
+                    if len(data) == size:
+                        return header[1].decode(), data
+            except (OSError, ValueError):
+                self._stop_batch()
+        where = f" of {of[:12]}" if of else ""
+        raise InputError(f"git object {oid[:12]}{where} cannot be read (missing): a shallow or partial clone?")
+
+    def _batch_process(self) -> subprocess.Popen[bytes]:
+        if self._batch is None or self._batch.poll() is not None:
+            self._batch = subprocess.Popen(
+                [self._git, "-C", str(self.repo_dir), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            )
+        return self._batch
+
+    def _stop_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
+        for stream in (batch.stdin, batch.stdout):
+            if stream is not None:
+                stream.close()
+        batch.kill()
+        batch.wait()
+
+    def close(self) -> None:
+        """End the `cat-file` process (idempotent)."""
+        with self._lock:
+            self._stop_batch()
 
 
 def _resolve(repo: git.Repo, rev: str) -> str:
+    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
     # One Repo per operation: each starts its own `git cat-file` helper on first use.
     try:
         return repo.commit(rev).hexsha
@@ -117,23 +243,18 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
 
     With `cache`, a tree listed before is not listed again (its listing is keyed by the tree id).
     """
-    repo = _open(repo_dir)
-    sha = _resolve(repo, rev)
-    lock = threading.Lock()
-
-    def read_blob(oid: str) -> bytes:
-        with lock:  # one `git cat-file --batch` process behind the object database: one request at a time
-            try:
-                return repo.odb.stream(bytes.fromhex(oid)).read()
-            except (ValueError, git.GitError) as exc:
-                raise InputError(f"git object {oid[:12]} of {sha[:12]} cannot be read ({type(exc).__name__}): a shallow or partial clone?") from None
-
+    reader = Reader(repo_dir)
     try:
-        tree_oid = repo.commit(sha).tree.hexsha
+        sha = reader.resolve(rev)
+
+        def read_blob(oid: str) -> bytes:
+            return reader.blob(oid, of=sha)
+
+        tree_oid = reader.tree_of(sha)
         key = versioned_key("tree-listing", tree_oid)
         listed = cache.get(key) if cache is not None else None
         if not isinstance(listed, ListedTree):
-            entries = list_tree(repo, sha)
+            entries = list_tree(reader, sha)
             listed = ListedTree(list_commit(entries, read_blob) or _HAS_SYMLINKS, {e.oid: e.size for e in entries if e.size is not None})
             if cache is not None:
                 cache.put(key, listed)
@@ -146,7 +267,7 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
             snapshot = lazy_snapshot(tree_oid, listing, read_blob, dest)
         yield sha, snapshot
     finally:
-        repo.close()
+        reader.close()
 
 
 @dataclass(frozen=True)
@@ -181,7 +302,7 @@ _BLOB_SIZES = BlobSizes()
 FEW_NEW_BLOBS = 256  # past this many blobs of unknown size, a listing asks `ls-tree -l` for all of them
 
 
-def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
+def list_tree(repo: Reader, sha: str) -> list[TreeEntry]:
     """Every path of a commit (trees included) with its mode, type, object id and size, as `git ls-tree -l` lists them.
 
     ls-tree reads the commit as source-controller's clone does: no .gitattributes export rules apply. The sizes
@@ -199,9 +320,9 @@ def list_tree(repo: git.Repo, sha: str) -> list[TreeEntry]:
     ]
 
 
-def _ls_tree(repo: git.Repo, sha: str, *, sizes: bool) -> list[tuple[int, str, str, int | None, str]]:
+def _ls_tree(repo: Reader, sha: str, *, sizes: bool) -> list[tuple[int, str, str, int | None, str]]:
     """`git ls-tree -r -t -z` rows: mode, type, object id, size (with `sizes`, for blobs) and path."""
-    out = repo.git.ls_tree("-r", "-t", *(["-l"] if sizes else []), "-z", "--full-tree", sha, stdout_as_string=False)
+    out = repo.run("ls-tree", "-r", "-t", *(["-l"] if sizes else []), "-z", "--full-tree", sha)
     rows = []
     for record in out.split(b"\0"):
         if not record:
@@ -212,12 +333,9 @@ def _ls_tree(repo: git.Repo, sha: str, *, sizes: bool) -> list[tuple[int, str, s
     return rows
 
 
-def _blob_sizes(repo: git.Repo, oids: Sequence[str]) -> dict[str, int]:
+def _blob_sizes(repo: Reader, oids: Sequence[str]) -> dict[str, int]:
     """The sizes of blobs, from one `git cat-file --batch-check` run."""
-    with tempfile.TemporaryFile() as names:  # git reads stdin from a real file
-        names.write("".join(f"{oid}\n" for oid in oids).encode())
-        names.seek(0)
-        out = repo.git.cat_file("--batch-check=%(objectname) %(objecttype) %(objectsize)", istream=names, stdout_as_string=False)
+    out = repo.run("cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)", stdin="".join(f"{oid}\n" for oid in oids).encode())
     sizes = {}
     for line in out.splitlines():
         parts = line.split()
@@ -227,6 +345,7 @@ def _blob_sizes(repo: git.Repo, oids: Sequence[str]) -> dict[str, int]:
 
 
 def _has_export_attributes(commit: git.Commit) -> bool:
+    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
     return any(
         isinstance(item, git.Blob) and item.name == ".gitattributes" and b"export-" in item.data_stream.read()
         for item in commit.tree.traverse()
@@ -235,6 +354,7 @@ def _has_export_attributes(commit: git.Commit) -> bool:
 
 def _export_blobs(commit: git.Commit, root: Path) -> None:
     """The slow, attribute-blind export: one blob at a time."""
+    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
     for item in commit.tree.traverse():
         if isinstance(item, git.Tree):
             (root / item.path).mkdir(parents=True, exist_ok=True)
@@ -298,6 +418,7 @@ def commit_parents(repo_dir: Path, rev: str) -> list[str]:
 def commit_patch(repo_dir: Path, patch: Path, message: str, *, reverse: bool = False, when: str, author: tuple[str, str]) -> str:
     """Apply `patch` (reversed with `reverse`) to the working tree at `repo_dir`, a new repository when it has
     none, and commit everything with a fixed author and date (the same tree gives the same SHA): the SHA."""
+    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
     if (repo_dir / ".git").exists():
         repo = git.Repo(repo_dir)
     else:
@@ -317,18 +438,20 @@ def commit_summary(repo_dir: Path, rev: str) -> str:
 
 def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]:
     """Repo paths that differ between `base` and `head` (None: the working tree, untracked files included)."""
-    with _opened(repo_dir) as repo:
-        base_sha = _resolve(repo, base)
-        # NUL-separated names from git itself: GitPython's diff parser loses every path after one whose name
-        # has a line break (a PR could hide its changes behind such a file). --no-renames: both sides of a rename.
+    reader = Reader(repo_dir)
+    try:
+        base_sha = reader.resolve(base)
+        # NUL-separated names from git itself (a name may hold a line break). --no-renames: both sides of a rename.
+        diff = ("diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv")
         if head is None:
-            if repo.bare:
+            if reader.bare:
                 raise UserError(f"{repo_dir} is a bare repository: name a head revision, there is no working tree")
-            out = repo.git.diff("--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base_sha, "--", stdout_as_string=False)
-            out += b"\0" + repo.git.ls_files("--others", "--exclude-standard", "-z", stdout_as_string=False)
+            out = reader.run(*diff, base_sha, "--") + b"\0" + reader.run("ls-files", "--others", "--exclude-standard", "-z")
         else:
-            out = repo.git.diff("--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base_sha, _resolve(repo, head), "--", stdout_as_string=False)
+            out = reader.run(*diff, base_sha, reader.resolve(head), "--")
         return frozenset(p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p)
+    finally:
+        reader.close()
 
 
 # --- mirrors ---------------------------------------------------------------------------------------------------
@@ -721,6 +844,7 @@ class Mirrors:
         When `reuse` (e.g. the bot branch's current head) already is exactly that change, it is returned instead,
         so an unchanged fix is not pushed again.
         """
+        import git
         from git import Actor, IndexFile
         from git.index.typ import BaseIndexEntry
         from git.objects import Blob, Commit

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -16,7 +17,7 @@ from bot.adapters.cache import default_cache_dir
 from bot.engine.render.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
 from bot.engine.render.chartsource import FetchPolicy
-from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc
+from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc, without_collection
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions
 from bot.service.progress_line import progress_line
@@ -107,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     tune_gc()
+    with nullcontext() if args.command == "serve" else without_collection():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         _check_output(getattr(args, "output", None))
         if getattr(args, "live", False) or args.command == "drift":

@@ -561,15 +561,60 @@ def test_a_commit_listed_after_its_base_has_the_sizes_git_gives(tmp_path: Path, 
     real = gitrepo._blob_sizes
     monkeypatch.setattr(gitrepo, "_blob_sizes", lambda r, oids: asked.append(len(oids)) or real(r, oids))
 
+    reader = gitrepo.Reader(root)
+
     def full(rev: str) -> list[gitrepo.TreeEntry]:
-        return [gitrepo.TreeEntry(*row) for row in gitrepo._ls_tree(repo, rev, sizes=True)]
+        return [gitrepo.TreeEntry(*row) for row in gitrepo._ls_tree(reader, rev, sizes=True)]
 
     with gitrepo.commit_snapshot(root, base, tmp_path / "base") as _:
         pass
     [first] = asked  # nothing known yet: every blob of a small tree asked at once (a large one: `ls-tree -l`)
-    assert gitrepo.list_tree(repo, head) == full(head) and asked == [first, 3]
+    assert gitrepo.list_tree(reader, head) == full(head) and asked == [first, 3]
+    reader.close()
     with gitrepo.commit_snapshot(root, head, tmp_path / "head") as (_, snapshot):
         assert [r.path for r in snapshot.refused] == ["apps/big.yaml"] and snapshot.read_text("keep.md") == "changed\n"
+
+
+def test_the_reader_takes_a_repository_itself_never_a_directory_inside_one(tmp_path: Path) -> None:
+    """As GitPython's Repo(search_parent_directories=False): a work tree's top or a bare repository, not a subdirectory."""
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    sha = commit_all(init_repo(root, EXAMPLE), "base")
+    bare = tmp_path / "bare.git"
+    git.Repo.clone_from(root, bare, bare=True)
+    assert gitrepo.resolve(root, "HEAD") == sha and gitrepo.resolve(bare, "HEAD") == sha
+    for not_a_repository in (root / "apps", tmp_path, tmp_path / "absent"):
+        with pytest.raises(UserError, match="is not a git repository"):
+            gitrepo.resolve(not_a_repository, "HEAD")
+    with pytest.raises(UserError, match="is a bare repository"):
+        changed_files(bare, "HEAD", None)
+    assert changed_files(bare, "HEAD", "HEAD") == frozenset()
+
+
+@pytest.mark.parametrize("rev", ["no-such-ref", "--output=/tmp/x", "HEAD^{tree}", "HEAD:apps", "a" * 40, ""])
+def test_the_reader_resolves_only_commits(example_commit: tuple[Path, str], rev: str) -> None:
+    root, _ = example_commit
+    with pytest.raises(UserError, match="unknown git revision"):
+        gitrepo.resolve(root, rev)
+
+
+def test_the_reader_reads_objects_by_id_only(example_commit: tuple[Path, str]) -> None:
+    root, sha = example_commit
+    reader = gitrepo.Reader(root)
+    try:
+        tree = reader.tree_of(sha)
+        for bad in ("HEAD", tree + "\n" + sha, "../x"):
+            with pytest.raises(InputError, match="is not a git object id"):
+                reader.read_object(bad)
+        with pytest.raises(InputError, match="is a tree, not a file"):
+            reader.blob(tree, of=sha)
+        with pytest.raises(InputError, match="cannot be read"):
+            reader.blob("0" * 40, of=sha)
+        entries = {e.path: e for e in gitrepo.list_tree(reader, sha)}
+        assert reader.blob(entries["keep.md"].oid, of=sha) == (root / "keep.md").read_bytes()  # the process recovers
+    finally:
+        reader.close()
 
 
 def test_a_commit_with_a_symlink_is_exported_whole_also_from_the_cache(tmp_path: Path) -> None:

@@ -74,6 +74,27 @@ def test_output_file(example: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert target.read_text().startswith("### ⚠️ dev: 2 warnings")
 
 
+def test_a_command_runs_without_the_cyclic_collector_and_gives_it_back(example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI command (the process ends after it) collects no garbage; the caller's collector is as it was after."""
+    import gc
+
+    from bot.pipeline import check
+
+    seen: list[bool] = []
+    real = check.check_repositories
+    monkeypatch.setattr("bot.service.cli.check_repositories", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
+    assert gc.isenabled()
+    assert main(["check", "--repo", str(example), "--cluster", "prod", "--output", str(tmp_path / "out.txt")]) in (0, 1)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        with check.without_collection():
+            pass
+        assert not gc.isenabled()  # disabled before: stays so
+    finally:
+        gc.enable()
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     from bot import __version__
 
