@@ -156,7 +156,7 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     # The checks read every tier's facts: taken as tiers finish, while others still build.
     render = renderer.render_cluster(cluster, entry, on_finished=finished)
     check_stop()
-    tier_facts = facts.of_render(render)
+    tier_facts = {tid: finished(tier) for tid, tier in render.tiers.items()}  # a render read whole from the cache: facts now
     if renderer.charts is not None:
         render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
     graph = TierGraph(t.spec for t in render.tiers.values())
