@@ -53,14 +53,15 @@ class CheckContext:
             if not tier.rendered or facts is None:
                 continue
             excluded = facts.not_applied_over
-            for stubs in facts.kinds.values():
+            for gk, stubs in facts.kinds.items():
                 for stub in stubs:
-                    if excluded and stub.ref in excluded:
+                    ref = stub.ref
+                    if excluded and ref in excluded:
                         continue
-                    applier = (tier_id, stub)
-                    held = first.setdefault(stub.ref.identity, applier)
+                    applier, identity = (tier_id, stub), (ref.namespace, ref.name, gk.group, gk.kind)  # ObjectRef.identity
+                    held = first.setdefault(identity, applier)
                     if held is not applier:
-                        more.setdefault(stub.ref.identity, [held]).append(applier)
+                        more.setdefault(identity, [held]).append(applier)
         return first, more
 
     def appliers(self, identity: Identity) -> tuple[Applier, ...]:

@@ -66,10 +66,17 @@ def invalid_name(ctx: CheckContext) -> Iterator[Finding]:
         unknown = {m.ref for ms in tier.undefined.values() for m in ms} if tier.variables_open else set()
         for gk, objects in sorted(ctx.facts[tier_id].kinds.items()):
             rule = name_rule(gk)
+            pattern, limit, _ = rule
             for stub in objects:
                 ref = stub.ref
                 if unknown and ref in unknown:
                     continue
+                name = ref.name
+                if (
+                    namespaces.get(ref.namespace, "") is None and "${" not in name and "<masked:" not in name
+                    and pattern.fullmatch(name) and (limit is None or len(name) <= limit)
+                ):
+                    continue  # nearly every object: a valid name in a valid namespace (`problem` would say None twice)
                 if ref.namespace not in namespaces:
                     namespaces[ref.namespace] = problem(ref.namespace, DNS1123_LABEL)
                 for field, value, broken in (("name", ref.name, problem(ref.name, rule)), ("namespace", ref.namespace, namespaces[ref.namespace])):
