@@ -25,11 +25,11 @@ from bot.engine.render.chartrender import (
     effective_values_files,
     failure,
     is_manifest,
+    merge_maps,
     mentions_unseeded,
     stabilise_text,
 )
 from bot.engine.core.errors import InfraError
-from bot.engine.render.helmvalues import merge_maps
 
 if TYPE_CHECKING:
     from helm_python import Chart

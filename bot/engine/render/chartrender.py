@@ -28,6 +28,21 @@ _UNSEEDED = re.compile(
 _TEST_HOOKS = frozenset({"test", "test-success"})
 
 
+def merge_maps(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """fluxcd/pkg chartutil/merge.go MergeMaps: maps merge recursively, anything else in `b` replaces.
+
+    (The Helm worker imports it from here: bot/adapters/helm.py stays light to start.) Like the Go original it copies only the maps it merges: a map only `b` has is shared, which
+    `replace_path_value` relies on (see `compose_values`).
+    """
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_maps(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class ChartRenderRequest:
     """One chart rendered as helm-controller would install it (the chart, its values, the cluster's capabilities)."""

@@ -10,7 +10,7 @@ from bot.engine.render.artifacts import Artifact, Placement, unreadable
 from bot.engine.render.config import RepoConfig
 from bot.engine.core.errors import InputError
 from bot.engine.render.flux import OperatorSync, TierSpecError, TierSpecShapeError, is_flux_instance_release, operator_sync, tier_spec
-from bot.engine.render.helmvalues import merge_maps
+from bot.engine.render.chartrender import merge_maps
 from bot.engine.core.model import Finding, Manifest, SourceLocation, SourceRef, TierId, TierSpec, plural
 from bot.engine.render.rendered import RawTier, RenderedTier, object_ref, render_failed, same_tier, unsafe_path
 from bot.engine.core.tree import normalise_repo_path

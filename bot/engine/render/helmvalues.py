@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.engine.core.errors import InputError
+from bot.engine.render.chartrender import merge_maps
 from bot.engine.render.facts import CRD, crd_kind
 from bot.engine.render.helmrelease import ReleaseSpec
 from bot.engine.core.model import Finding, GroupKind, Manifest, ObjectRef, Severity
@@ -44,21 +45,6 @@ class ComposedValues:
 
 
 # -- values ---------------------------------------------------------------------------------------
-
-
-def merge_maps(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """fluxcd/pkg chartutil/merge.go MergeMaps: maps merge recursively, anything else in `b` replaces.
-
-    Like the Go original it copies only the maps it merges: a map only `b` has is shared, which
-    `replace_path_value` relies on (see `compose_values`).
-    """
-    out = dict(a)
-    for key, value in b.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_maps(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def compose_values(spec: ReleaseSpec, objects: Objects) -> ComposedValues:
