@@ -255,6 +255,30 @@ def test_console_script_runs_without_activated_venv(example: Path, tmp_path: Pat
     assert "tier-order-stale" in proc.stdout
 
 
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_the_program_ends_with_its_output_whole_and_its_exit_code(example: Path, tmp_path: Path, fmt: str) -> None:
+    """The program leaves at once after a command (no interpreter teardown): what it wrote is all there, to a
+    pipe and to --output, and the exit code is the command's (2: a usage error, said on stderr)."""
+    cwd = Path(__file__).resolve().parents[2]
+    for cluster, code in (("prod", 0), ("dev", 0), ("nowhere", 2)):
+        piped = subprocess.run(
+            [sys.executable, "-m", "bot.service.cli", "check", "--repo", str(example), "--cluster", cluster, "--format", fmt],
+            capture_output=True, text=True, cwd=cwd, timeout=120,
+        )
+        written = tmp_path / f"{cluster}.{fmt}"
+        to_file = subprocess.run(
+            [sys.executable, "-m", "bot.service.cli", "check", "--repo", str(example), "--cluster", cluster, "--format", fmt, "--output", str(written)],
+            capture_output=True, text=True, cwd=cwd, timeout=120,
+        )
+        assert (piped.returncode, to_file.returncode) == (code, code), piped.stderr + to_file.stderr
+        if code == 2:
+            assert piped.stdout == "" and piped.stderr.startswith("fluxwarden: error: ") and piped.stderr.endswith("\n")
+            continue
+        assert piped.stdout == written.read_text(encoding="utf-8") and piped.stdout.endswith("\n")
+        if fmt == "json":
+            assert json.loads(piped.stdout)["cluster"] == cluster
+
+
 def test_entry_without_kustomization_file_is_generated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Like `flux bootstrap`, the entry path needs no kustomization.yaml: Flux generates one."""
     write_tree(tmp_path, {
