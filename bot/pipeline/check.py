@@ -154,9 +154,12 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
         return tier_facts
 
     # The checks read every tier's facts: taken as tiers finish, while others still build.
-    render = renderer.render_cluster(cluster, entry, on_finished=finished)
+    render = renderer.render_cluster(cluster, entry, on_finished=facts.of)
     check_stop()
-    tier_facts = {tid: finished(tier) for tid, tier in render.tiers.items()}  # a render read whole from the cache: facts now
+    # A Helm worker starts at the first tier with a HelmRelease, once no kustomize build runs (beside three
+    # builds it was the cold check's peak of memory) and before the cache is read (a warm review's first side
+    # is one cache entry: its facts are read here, while the worker starts on the other core).
+    tier_facts = {tid: finished(tier) for tid, tier in render.tiers.items()}
     if renderer.charts is not None:
         render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
     graph = TierGraph(t.spec for t in render.tiers.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, cast
@@ -290,8 +291,8 @@ class FastSafeLoader(yaml.CSafeLoader):
             built[id(node)] = mapping
             for key_node, value_node in node.value:
                 key = self._construct_fast(key_node, built, depth + 1)
-                if type(key) is not str:
-                    key = _json_key(key, key_node)
+                # One string per distinct key: 20,000 objects repeat `metadata`, `labels`, `app.kubernetes.io/name`...
+                key = sys.intern(key) if type(key) is str else _json_key(key, key_node)
                 try:
                     mapping[key] = self._construct_fast(value_node, built, depth + 1)
                 except TypeError:  # an unhashable key: let SafeConstructor raise its error
