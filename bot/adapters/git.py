@@ -329,7 +329,10 @@ def _ls_tree(repo: Reader, sha: str, *, sizes: bool) -> list[tuple[int, str, str
             continue
         meta, _, raw_path = record.partition(b"\t")
         mode, kind, oid, *size = meta.split()
-        rows.append((int(mode, 8), kind.decode(), oid.decode(), int(size[0]) if size and size[0] != b"-" else None, raw_path.decode("utf-8", "surrogateescape")))
+        # `-` for a tree; `BAD` for a blob the object store lacks (a partial clone): its size is unknown, and
+        # reading it, if a build ever does, says so (Reader.read_object).
+        known = size[0] if size and size[0].isdigit() else None
+        rows.append((int(mode, 8), kind.decode(), oid.decode(), int(known) if known is not None else None, raw_path.decode("utf-8", "surrogateescape")))
     return rows
 
 

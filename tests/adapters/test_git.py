@@ -522,6 +522,28 @@ def test_a_missing_blob_is_an_input_error(example_commit: tuple[Path, str], tmp_
             snapshot.read_text("apps/kustomization.yaml")
 
 
+@pytest.mark.parametrize("tree_size", [10, 1000])  # below and above FEW_NEW_BLOBS: `cat-file --batch-check`, then `ls-tree -l`
+def test_a_commit_missing_a_blob_is_listed_and_only_reading_that_file_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tree_size: int) -> None:
+    """A partial clone lacks a blob nothing may read (a page of docs): the commit still lists (ls-tree -l prints
+    `BAD` for its size), the other files read, and the missing one is an input error when read."""
+    from tests.gitrepo import commit_all, init_repo
+
+    root = tmp_path / "repo"
+    repo = init_repo(root, EXAMPLE)
+    (root / "docs").mkdir()
+    for i in range(tree_size):
+        (root / f"docs/page-{i}.md").write_text(f"page {i}\n")
+    (root / "docs/lost.md").write_text("lost\n")
+    sha = commit_all(repo, "with docs")
+    oid = repo.commit(sha).tree["docs/lost.md"].hexsha
+    (root / ".git/objects" / oid[:2] / oid[2:]).unlink()
+    monkeypatch.setattr(gitrepo, "_BLOB_SIZES", gitrepo.BlobSizes())
+    with gitrepo.commit_snapshot(root, sha, tmp_path / "lazy") as (_, snapshot):
+        assert snapshot.read_text("apps/kustomization.yaml") == (root / "apps/kustomization.yaml").read_text()
+        with pytest.raises(InputError, match=r"cannot be read .*shallow or partial clone"):
+            snapshot.read_text("docs/lost.md")
+
+
 def test_a_tree_listed_before_is_read_from_the_cache(example_commit: tuple[Path, str], tmp_path: Path) -> None:
     """The listing of a tree id is kept: the second snapshot of the commit takes it from the cache."""
     import dataclasses
