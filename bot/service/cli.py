@@ -17,7 +17,7 @@ from bot.adapters.cache import default_cache_dir
 from bot.engine.render.config import RepoConfig, load_repo_config
 from bot.adapters.workspace import read_config_file
 from bot.engine.render.chartsource import FetchPolicy
-from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc, without_collection
+from bot.pipeline.check import CheckOptions, check_repositories, repository_clusters, tune_gc, one_command
 from bot.pipeline.progress import Progress
 from bot.pipeline.releases import ChartOptions
 from bot.service.progress_line import progress_line
@@ -133,7 +133,7 @@ def _invoke(argv: Sequence[str] | None) -> tuple[int, bool]:
     args = build_parser().parse_args(argv)
     tune_gc()
     one_run = args.command != "serve"
-    with without_collection() if one_run else nullcontext():
+    with one_command() if one_run else nullcontext():
         return _run(args), one_run
 
 

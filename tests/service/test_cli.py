@@ -74,22 +74,28 @@ def test_output_file(example: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert target.read_text().startswith("### ⚠️ dev: 2 warnings")
 
 
-def test_a_command_runs_without_the_cyclic_collector_and_gives_it_back(example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CLI command (the process ends after it) collects no garbage; the caller's collector is as it was after."""
+def test_a_command_runs_as_a_process_that_ends_and_gives_the_settings_back(example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI command (the process ends after it) collects no garbage and shares parsed YAML keys; the caller's
+    settings are as they were after (the service keeps both off)."""
     import gc
 
+    from bot.engine.render.yamlio import FastSafeLoader, load_all
     from bot.pipeline import check
 
-    seen: list[bool] = []
+    seen: list[tuple[bool, bool]] = []
     real = check.check_repositories
-    monkeypatch.setattr("bot.service.cli.check_repositories", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
-    assert gc.isenabled()
+    monkeypatch.setattr("bot.service.cli.check_repositories", lambda *a, **k: seen.append((gc.isenabled(), FastSafeLoader.share_keys)) or real(*a, **k))
+    assert gc.isenabled() and not FastSafeLoader.share_keys
     assert main(["check", "--repo", str(example), "--cluster", "prod", "--output", str(tmp_path / "out.txt")]) in (0, 1)
-    assert seen == [False] and gc.isenabled()
+    assert seen == [(False, True)] and gc.isenabled() and not FastSafeLoader.share_keys
+    text = "a: {name: x}\n---\nb: {name: y}\n"
+    apart = [next(iter(d.values())) for d in load_all(text, "t.yaml")]
+    assert [next(iter(d)) for d in apart] == ["name", "name"] and next(iter(apart[0])) is not next(iter(apart[1]))
     gc.disable()
     try:
-        with check.without_collection():
-            pass
+        with check.one_command():
+            shared = [next(iter(d.values())) for d in load_all(text, "t.yaml")]
+            assert next(iter(shared[0])) is next(iter(shared[1]))  # one string for the key of both documents
         assert not gc.isenabled()  # disabled before: stays so
     finally:
         gc.enable()

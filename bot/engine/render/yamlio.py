@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, cast
@@ -214,6 +213,12 @@ def _go_float32_text(value: float) -> str:
 _RESOLVE_CACHE_LIMIT = 200_000
 
 
+def share_mapping_keys(enabled: bool) -> None:
+    """Keep each distinct mapping key of a build's output once (`FastSafeLoader.share_keys`): for a process that
+    runs one command and ends."""
+    FastSafeLoader.share_keys = enabled
+
+
 def clear_resolve_cache() -> None:
     """Forget the memoised scalar tags (the end of the last open run: a long-lived process keeps no run's strings)."""
     FastSafeLoader._resolved = {}
@@ -231,6 +236,12 @@ class FastSafeLoader(yaml.CSafeLoader):
 
     # Implicit tags of plain scalars, memoised: kustomize output repeats the same keys and values.
     _resolved: ClassVar[dict[str, str]] = {}
+    # With `share_keys` (a process that runs one command: the CLI), the mapping keys of this stream (one build's
+    # output) are kept once each: 40 MiB of a 20,000-object cold check's 200 MiB were copies of the same keys.
+    # Not in the service: there the shared strings, left among a run's garbage, kept ~50 MiB of its heap resident
+    # after the run (tests/hardening/test_memory.py).
+    share_keys: ClassVar[bool] = False
+    _keys: dict[str, str] | None = None
     _document: yaml.Node | None = None  # the document being constructed, and its subtrees' nesting (see `nesting`)
     _heights: dict[int, int]
 
@@ -253,6 +264,8 @@ class FastSafeLoader(yaml.CSafeLoader):
 
     def construct_document(self, node: yaml.Node) -> Any:
         built: dict[int, Any] = {}
+        if self._keys is None and self.share_keys:
+            self._keys = {}
         self._document, self._heights = node, {}
         data = self._construct_fast(node, built, 1)
         self.constructed_objects, self.recursive_objects, self.state_generators = {}, {}, []
@@ -291,8 +304,17 @@ class FastSafeLoader(yaml.CSafeLoader):
             built[id(node)] = mapping
             for key_node, value_node in node.value:
                 key = self._construct_fast(key_node, built, depth + 1)
-                # One string per distinct key: 20,000 objects repeat `metadata`, `labels`, `app.kubernetes.io/name`...
-                key = sys.intern(key) if type(key) is str else _json_key(key, key_node)
+                if type(key) is str:
+                    keys = self._keys
+                    if keys is not None:  # share_keys: one string per distinct key (`metadata`, `labels`, …)
+                        shared = keys.get(key)
+                        if shared is None:
+                            if len(keys) > _RESOLVE_CACHE_LIMIT:
+                                keys.clear()
+                            shared = keys[key] = key
+                        key = shared
+                else:
+                    key = _json_key(key, key_node)
                 try:
                     mapping[key] = self._construct_fast(value_node, built, depth + 1)
                 except TypeError:  # an unhashable key: let SafeConstructor raise its error
