@@ -29,11 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # GitPython is imported where the bot writes (and exports): a review reads with `Reader`
     import git
 
 from bot.adapters.cache import BuildCache, versioned_key
@@ -53,7 +52,7 @@ class GitError(InfraError):
 
 
 def _open(repo_dir: Path) -> git.Repo:
-    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
+    import git
     try:
         return git.Repo(repo_dir, search_parent_directories=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -73,11 +72,8 @@ def _opened(repo_dir: Path) -> Iterator[git.Repo]:
 
 def resolve(repo_dir: Path, rev: str) -> str:
     """The commit SHA a revision names; a user error when it does not exist."""
-    reader = Reader(repo_dir)
-    try:
+    with Reader(repo_dir) as reader:
         return reader.resolve(rev)
-    finally:
-        reader.close()
 
 
 _OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
@@ -197,9 +193,15 @@ class Reader:
         with self._lock:
             self._stop_batch()
 
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 def _resolve(repo: git.Repo, rev: str) -> str:
-    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
+    import git
     # One Repo per operation: each starts its own `git cat-file` helper on first use.
     try:
         return repo.commit(rev).hexsha
@@ -243,8 +245,7 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
 
     With `cache`, a tree listed before is not listed again (its listing is keyed by the tree id).
     """
-    reader = Reader(repo_dir)
-    try:
+    with Reader(repo_dir) as reader:
         sha = reader.resolve(rev)
 
         def read_blob(oid: str) -> bytes:
@@ -266,8 +267,6 @@ def commit_snapshot(repo_dir: Path, rev: str, dest: Path, cache: BuildCache | No
         else:
             snapshot = lazy_snapshot(tree_oid, listing, read_blob, dest)
         yield sha, snapshot
-    finally:
-        reader.close()
 
 
 @dataclass(frozen=True)
@@ -348,7 +347,7 @@ def _blob_sizes(repo: Reader, oids: Sequence[str]) -> dict[str, int]:
 
 
 def _has_export_attributes(commit: git.Commit) -> bool:
-    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
+    import git
     return any(
         isinstance(item, git.Blob) and item.name == ".gitattributes" and b"export-" in item.data_stream.read()
         for item in commit.tree.traverse()
@@ -357,7 +356,7 @@ def _has_export_attributes(commit: git.Commit) -> bool:
 
 def _export_blobs(commit: git.Commit, root: Path) -> None:
     """The slow, attribute-blind export: one blob at a time."""
-    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
+    import git
     for item in commit.tree.traverse():
         if isinstance(item, git.Tree):
             (root / item.path).mkdir(parents=True, exist_ok=True)
@@ -421,7 +420,7 @@ def commit_parents(repo_dir: Path, rev: str) -> list[str]:
 def commit_patch(repo_dir: Path, patch: Path, message: str, *, reverse: bool = False, when: str, author: tuple[str, str]) -> str:
     """Apply `patch` (reversed with `reverse`) to the working tree at `repo_dir`, a new repository when it has
     none, and commit everything with a fixed author and date (the same tree gives the same SHA): the SHA."""
-    import git  # GitPython: loaded only where it is used (a review reads commits with the git CLI: Reader)
+    import git
     if (repo_dir / ".git").exists():
         repo = git.Repo(repo_dir)
     else:
@@ -441,8 +440,7 @@ def commit_summary(repo_dir: Path, rev: str) -> str:
 
 def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]:
     """Repo paths that differ between `base` and `head` (None: the working tree, untracked files included)."""
-    reader = Reader(repo_dir)
-    try:
+    with Reader(repo_dir) as reader:
         base_sha = reader.resolve(base)
         # NUL-separated names from git itself (a name may hold a line break). --no-renames: both sides of a rename.
         diff = ("diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv")
@@ -453,8 +451,6 @@ def changed_files(repo_dir: Path, base: str, head: str | None) -> frozenset[str]
         else:
             out = reader.run(*diff, base_sha, reader.resolve(head), "--")
         return frozenset(p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p)
-    finally:
-        reader.close()
 
 
 # --- mirrors ---------------------------------------------------------------------------------------------------

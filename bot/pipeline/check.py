@@ -20,7 +20,7 @@ from bot.engine.core.model import TierId
 from bot.engine.livestate.live import LiveProviderIndex, LiveState, evaluate_preconditions, required_tier_ids
 from bot.engine.tiergraph.providers import ProviderIndex
 from bot.engine.render.facts import TierFacts
-from bot.engine.render.yamlio import FastSafeLoader, share_mapping_keys
+from bot.engine.render.yamlio import share_mapping_keys
 from bot.engine.render.rendered import ClusterRender, RenderedTier
 from bot.engine.reporting.report import CheckReport
 from bot.engine.reporting.verdict import apply_order, build_report, cluster_findings
@@ -51,9 +51,9 @@ def one_command() -> Iterator[None]:
     the collector and without it). Parsed YAML keeps one string per distinct mapping key
     (yamlio.share_mapping_keys): that check's peak goes from 202 to 160 MiB.
     """
-    enabled, shared = gc.isenabled(), FastSafeLoader.share_keys
+    enabled = gc.isenabled()
     gc.disable()
-    share_mapping_keys(True)
+    shared = share_mapping_keys(True)
     try:
         yield
     finally:
@@ -165,8 +165,8 @@ def analyse(renderer: Renderer, cluster: str, live: LiveState | None = None, boo
     # builds it was the cold check's peak of memory) and before the cache is read (a warm review's first side
     # is one cache entry: its facts are read here, while the worker starts on the other core).
     tier_facts = {tid: finished(tier) for tid, tier in render.tiers.items()}
-    if renderer.charts is not None:
-        render = render_releases(render, tier_facts, renderer.charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
+    if charts is not None:
+        render = render_releases(render, tier_facts, charts, config, snapshot, kube_version=config.kube_version(cluster), changed=changed, progress=renderer.progress)
     graph = TierGraph(t.spec for t in render.tiers.values())
     # A commit checked before (the base of most reviews) has the same findings: its tree id, this
     # code, this kustomize and what its charts rendered to say so. Not with a live state, which changes between runs.

@@ -108,8 +108,8 @@ def _may_name(manifest: Manifest, entry: str, roots: set[str]) -> bool:
     artifact's subdirectory (`RepoConfig.repo_path`); a path `tier_spec` would refuse is left to it."""
     spec = manifest.body.get("spec")
     raw = spec.get("path") if isinstance(spec, Mapping) else None
-    path = normalise_repo_path(raw or "") if isinstance(raw, str) or raw is None else None
-    if path is None:
+    path = normalise_repo_path(raw or "") if raw is None or isinstance(raw, str) else None
+    if path is None:  # not a string, or climbing out
         return True
     return path == entry or any((posixpath.join(root, path) if path else root) == entry for root in roots if root)
 

@@ -213,10 +213,11 @@ def _go_float32_text(value: float) -> str:
 _RESOLVE_CACHE_LIMIT = 200_000
 
 
-def share_mapping_keys(enabled: bool) -> None:
+def share_mapping_keys(enabled: bool) -> bool:
     """Keep each distinct mapping key of a build's output once (`FastSafeLoader.share_keys`): for a process that
-    runs one command and ends."""
-    FastSafeLoader.share_keys = enabled
+    runs one command and ends. The setting before."""
+    before, FastSafeLoader.share_keys = FastSafeLoader.share_keys, enabled
+    return before
 
 
 def clear_resolve_cache() -> None:
